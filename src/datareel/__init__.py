@@ -1,0 +1,31 @@
+"""datareel: elastic, deterministic data loading for distributed PyTorch.
+
+The public API::
+
+    datareel.from_sequence(seq, name=...)   # a dataset from any sequence
+    datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
+    datareel.sample_rng()                   # per-sample RNG inside encode_sample
+    datareel.TaskEncoder                    # the task-encoder protocol
+    datareel.DatareelError, datareel.StateMismatchError, datareel.TopologyError
+"""
+
+from .encoder import DefaultTaskEncoder, TaskEncoder
+from .errors import DatareelError, SampleContextError, StateMismatchError, TopologyError
+from .loader import Loader
+from .sample import sample_rng
+from .sources import Source, from_sequence
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DatareelError",
+    "DefaultTaskEncoder",
+    "Loader",
+    "SampleContextError",
+    "Source",
+    "StateMismatchError",
+    "TaskEncoder",
+    "TopologyError",
+    "from_sequence",
+    "sample_rng",
+]

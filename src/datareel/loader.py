@@ -1,0 +1,274 @@
+"""The Loader (layer 5): feeds this rank's micro-batch descriptors to a torch DataLoader.
+
+The loader owns one integer, the *cursor* ``P``: how many reel positions all
+ranks together have consumed.  It advances only when its iterator hands a batch
+to the caller, so prefetched batches never count; after a restore they are
+simply made again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader, Sampler
+
+from .dist import rank_and_world
+from .encoder import ResolvedEncoder
+from .errors import DatareelError, TopologyError
+from .execute import BatchMaker, Descriptor, passthrough
+from .plan.layout import Layout
+from .plan.reel import ReelPlan
+from .sources.base import Source
+from .sources.sequence import from_sequence
+from .state import make_state, read_state
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """How batches are computed; free to change between save and restore."""
+
+    num_workers: int = 0
+    prefetch_factor: int | None = None
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    multiprocessing_context: Any = None
+    timeout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"num_workers={self.num_workers!r} must be an integer >= 0")
+        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
+            raise ValueError(
+                f"prefetch_factor={self.prefetch_factor!r} and persistent_workers="
+                f"{self.persistent_workers!r} need worker processes; set num_workers >= 1 or drop them"
+            )
+
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "timeout": self.timeout,
+        }
+        if self.num_workers:
+            kwargs["persistent_workers"] = self.persistent_workers
+            kwargs["multiprocessing_context"] = self.multiprocessing_context
+            if self.prefetch_factor is not None:
+                kwargs["prefetch_factor"] = self.prefetch_factor
+        return kwargs
+
+
+class _DescriptorSampler(Sampler):
+    """Yields this rank's descriptors from the loader's cursor at the moment iteration starts."""
+
+    def __init__(self, loader: Loader):
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Descriptor]:
+        loader = self.loader
+        layout, rank, length = loader.layout, loader.rank, loader.length
+        first = loader.cursor // layout.step_size
+        for step in itertools.count(first):
+            start, stop = layout.rank_span(step, rank, length)
+            if length is not None and step * layout.step_size >= length:
+                return
+            if start == stop:  # an empty share of the final, partial micro-step
+                continue
+            positions = np.arange(start, stop, dtype=np.int64)  # (k,)
+            source_ids, indices = loader.plan.resolve(positions)
+            yield Descriptor(step, positions, source_ids, indices)
+
+
+class Loader:
+    """Iterates this rank's micro-batches of a deterministic, topology-free reel.
+
+    Global batch ``b`` is always reel positions ``[b G, (b + 1) G)``; rank ``r``
+    reads ``m`` of them per micro-step (see :mod:`datareel.plan.layout`).  The
+    state saved by :meth:`state_dict` restores on any world size, worker count
+    and micro-batch size whose product ``m W`` divides the rest of the current
+    global batch.
+
+    Example::
+
+        loader = datareel.Loader(datareel.from_sequence(data), global_batch_size=32,
+                                 micro_batch_size=4, seed=1, num_workers=2)
+        it = iter(loader)
+        for step in range(100):
+            batch = next(it)
+        torch.save(loader.state_dict(), "loader.pt")      # or json.dump
+        ...
+        loader.load_state_dict(torch.load("loader.pt"))  # any world size / workers
+    """
+
+    def __init__(
+        self,
+        dataset: Source | Any,
+        *,
+        global_batch_size: int,
+        micro_batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_workers: int = 0,
+        task_encoder: Any = None,
+        repeat: bool = True,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        multiprocessing_context: Any = None,
+        timeout: float = 0.0,
+    ):
+        if not isinstance(dataset, Source):
+            dataset = from_sequence(dataset)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed={seed!r} must be a non-negative integer")
+        self.dataset = dataset
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.repeat = bool(repeat)
+        self.rank, world_size = rank_and_world(rank, world_size)
+        self.layout = Layout(
+            global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, world_size=world_size
+        )
+        self.workers = WorkerOptions(
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            multiprocessing_context=multiprocessing_context,
+            timeout=timeout,
+        )
+        self.plan = ReelPlan(size=len(dataset), name=dataset.name, seed=self.seed, shuffle=self.shuffle)
+        self.length: int | None = None if self.repeat else self.plan.epoch_length
+        self._encoder = ResolvedEncoder(task_encoder)
+        self._cursor = 0
+        self._generation = 0
+        self._dataloader: DataLoader | None = None
+
+    # -- topology ---------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.layout.global_batch_size
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.layout.micro_batch_size
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per rank per global batch: ``G / (m W)``."""
+        return self.layout.accumulation_steps
+
+    @property
+    def cursor(self) -> int:
+        """Reel positions consumed by all ranks together (a prefix ``[0, cursor)``)."""
+        return self._cursor
+
+    # -- iteration ----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        self._generation += 1
+        return _LoaderIterator(self, self._generation)
+
+    def __len__(self) -> int:
+        """Micro-batches this rank still yields (``repeat=False`` only)."""
+        if self.length is None:
+            raise TypeError("a Loader with repeat=True is infinite and has no len()")
+        S = self.layout.step_size
+        steps = range(self._cursor // S, -(-self.length // S))
+        spans = (self.layout.rank_span(s, self.rank, self.length) for s in steps)
+        return sum(1 for start, stop in spans if start < stop)
+
+    def _get_dataloader(self) -> DataLoader:
+        if self._dataloader is None:
+            self._dataloader = DataLoader(
+                BatchMaker([self.dataset], self._encoder, self.seed),
+                batch_size=None,
+                sampler=_DescriptorSampler(self),
+                collate_fn=passthrough,
+                **self.workers.dataloader_kwargs(),
+            )
+        return self._dataloader
+
+    def close(self) -> None:
+        """Stop worker processes (also done when the loader is garbage-collected)."""
+        self._generation += 1
+        self._dataloader = None
+
+    # -- state -------------------------------------------------------------------------------
+    def _spec(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "global_batch_size": self.global_batch_size,
+            "dataset": self.dataset.fingerprint(),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state to checkpoint: JSON-serialisable, identical on every rank, < 1 KB."""
+        return make_state(self._cursor, self._spec())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a saved state, on this loader's topology.
+
+        Raises :class:`~datareel.StateMismatchError` if the state belongs to
+        another spec and :class:`~datareel.errors.TopologyError` (a
+        ``ValueError``) if ``m W`` cannot split the rest of the current global
+        batch.  Iterators made before the call stop working; call ``iter()`` again.
+        """
+        cursor = read_state(state, self._spec())
+        self.layout.check_cursor(cursor)
+        if self.length is not None and cursor > self.length:
+            raise TopologyError(
+                f"state cursor={cursor} lies beyond the end of this repeat=False reel "
+                f"(length {self.length}); restore it into a loader with repeat=True"
+            )
+        self._generation += 1
+        self._cursor = cursor
+
+    # Energon's names.
+    def save_state_rank(self) -> dict[str, Any]:
+        """Alias of :meth:`state_dict` (Energon's name)."""
+        return self.state_dict()
+
+    def restore_state_rank(self, state: dict[str, Any]) -> None:
+        """Alias of :meth:`load_state_dict` (Energon's name)."""
+        self.load_state_dict(state)
+
+
+class _LoaderIterator:
+    """One pass over the loader from the cursor at its creation; advances the cursor on hand-out."""
+
+    def __init__(self, loader: Loader, generation: int):
+        self.loader = loader
+        self.generation = generation
+        self.step = loader.cursor // loader.layout.step_size
+        self.inner = iter(loader._get_dataloader())
+
+    def __iter__(self) -> _LoaderIterator:
+        return self
+
+    def __next__(self) -> Any:
+        loader = self.loader
+        if loader._generation != self.generation:
+            raise DatareelError(
+                "this iterator was made before load_state_dict(), close() or a newer iter(loader); "
+                "call iter(loader) again to continue from the loader's cursor"
+            )
+        try:
+            batch = next(self.inner)
+        except StopIteration:
+            if loader.length is not None:
+                loader._cursor = loader.length  # every rank ends at the same cursor
+            raise
+        self.step += 1
+        consumed = self.step * loader.layout.step_size
+        loader._cursor = consumed if loader.length is None else min(consumed, loader.length)
+        return batch

@@ -1,0 +1,82 @@
+"""Keyed bijections on ``[0, n)``: the shuffle of one epoch of one source.
+
+``permute(i, n, key)`` maps each index ``i`` to a position-independent,
+pseudo-random index in ``[0, n)``; for a fixed ``(n, key)`` it is a bijection.
+It needs O(1) memory (nothing of size ``n`` is ever built) and is vectorised
+over ``i``.
+
+Construction: a balanced Feistel network on the smallest *even* bit width
+``w >= 2`` with ``2**w >= n`` (so ``2**w < 4 n`` for ``n > 1``), ``ROUNDS``
+rounds with a SplitMix64-style round function, and cycle walking: a value that
+lands in ``[n, 2**w)`` is encrypted again until it lands in ``[0, n)``.  Cycle
+walking of a permutation of ``[0, 2**w)`` restricted to ``[0, n)`` is a
+permutation of ``[0, n)`` (each cycle of the big permutation is followed
+until it re-enters the small domain), which is what invariant I7 requires.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ROUNDS = 4
+"""Feistel rounds; four rounds of a good round function give a pseudo-random permutation."""
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+
+
+def feistel_width(n: int) -> int:
+    """Smallest even bit width ``w >= 2`` with ``2**w >= n``."""
+    w = max(2, (n - 1).bit_length())
+    return w + (w & 1)
+
+
+def _round(r: np.ndarray, k: np.uint64, mask: np.uint64) -> np.ndarray:
+    """Round function: SplitMix64 finaliser of ``r ^ k``, cut to the half width.
+
+    r: uint64[k] -> uint64[k] (a new array; ``r`` is not modified).
+    """
+    z = np.bitwise_xor(r, k)
+    z ^= z >> _S30
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    z &= mask
+    return z
+
+
+def _encrypt(x: np.ndarray, keys: np.ndarray, half: np.uint64, mask: np.uint64) -> np.ndarray:
+    """One pass of the Feistel network over ``[0, 2**(2*half))``. x: uint64[k] -> uint64[k]."""
+    left = x >> half
+    right = x & mask
+    for k in keys:
+        left, right = right, left ^ _round(right, k, mask)
+    return (left << half) | right
+
+
+def permute(i: np.ndarray | int, n: int, keys: np.ndarray) -> np.ndarray:
+    """Map indices ``i`` (each in ``[0, n)``) through the bijection keyed by ``keys``.
+
+    i: int[k] (any integer dtype, or a scalar) -> int64[k]
+    keys: uint64[ROUNDS], the round keys (see :func:`datareel.plan.rng.permutation_keys`).
+    """
+    x = np.asarray(i, dtype=np.uint64).reshape(-1)  # (k,)
+    if n < 1:
+        raise ValueError(f"permute needs a domain of at least one element, got n={n}")
+    if n == 1:
+        return np.zeros(x.shape, dtype=np.int64)
+    w = feistel_width(n)
+    half = np.uint64(w // 2)
+    mask = np.uint64((1 << (w // 2)) - 1)
+    limit = np.uint64(n)
+    out = _encrypt(x, keys, half, mask)  # (k,)
+    todo = np.flatnonzero(out >= limit)  # (k_walk,) indices still outside [0, n)
+    while todo.size:
+        walked = _encrypt(out[todo], keys, half, mask)
+        out[todo] = walked
+        todo = todo[walked >= limit]
+    return out.astype(np.int64)

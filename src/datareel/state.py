@@ -1,0 +1,81 @@
+"""The loader state: a cursor into the reel plus the fingerprint of the spec it belongs to.
+
+Format (JSON-serialisable, the same on every rank, a few hundred bytes)::
+
+    {"format": "datareel.loader", "version": 1, "cursor": P,
+     "spec": {"seed": ..., "shuffle": ..., "global_batch_size": ...,
+              "dataset": {"name": ..., "size": ..., "digest": ...}}}
+
+``cursor`` is the number of reel positions consumed by all ranks together; the
+spec records everything that, if changed, would make ``P`` point into another
+reel or cut other global batches (invariant I6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import DatareelError, StateMismatchError
+
+FORMAT = "datareel.loader"
+VERSION = 1
+
+# What each spec field protects; quoted in StateMismatchError messages.
+GUARANTEES: dict[str, str] = {
+    "version": "the state layout this datareel reads; an unknown layout cannot be interpreted safely",
+    "seed": "the order of the reel: with another seed the resumed run would repeat some samples and skip others",
+    "shuffle": "the order of the reel: switching shuffle would repeat some samples and skip others",
+    "dataset": "what each reel position reads: another dataset (name, size or content) would map the cursor to other samples",
+    "global_batch_size": "the global batches: with another global batch size they would differ from the uninterrupted run's",
+}
+
+
+def make_state(cursor: int, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "cursor": int(cursor), "spec": spec}
+
+
+def read_state(state: Any, spec: dict[str, Any]) -> int:
+    """Check a saved state against the current spec and return its cursor.
+
+    Raises :class:`StateMismatchError` naming every differing field.
+    """
+    if not isinstance(state, dict):
+        raise DatareelError(
+            f"a datareel state is a dict (from loader.state_dict()), got {type(state).__name__}"
+        )
+    if state.get("format") != FORMAT:
+        raise DatareelError(
+            f"this is not a datareel loader state (format={state.get('format')!r}, expected "
+            f"{FORMAT!r}; keys {sorted(state)[:8]}); pass the dict returned by loader.state_dict()"
+        )
+    if state.get("version") != VERSION:
+        raise StateMismatchError(
+            f"state version {state.get('version')!r} cannot be restored by this datareel (reads "
+            f"version {VERSION}): {GUARANTEES['version']}; restore it with the datareel release "
+            f"that wrote it",
+            {"version": (state.get("version"), VERSION)},
+        )
+    cursor = state.get("cursor")
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+        raise DatareelError(f"state cursor={cursor!r} must be a non-negative integer")
+    saved = state.get("spec")
+    if not isinstance(saved, dict):
+        raise DatareelError(f"state spec={saved!r} must be a dict; the state is damaged")
+    differences = {
+        field: (saved.get(field), spec.get(field))
+        for field in sorted(set(saved) | set(spec))
+        if saved.get(field) != spec.get(field)
+    }
+    if differences:
+        lines = [
+            f"  - {field}: saved {old!r}, now {new!r} — protects {GUARANTEES.get(field, 'the reel')}"
+            for field, (old, new) in differences.items()
+        ]
+        raise StateMismatchError(
+            "the state does not belong to this loader; restoring it would break datareel's "
+            "exactly-once and identical-batches guarantees. Differing fields:\n"
+            + "\n".join(lines)
+            + "\nBuild the loader with the saved values, or start without restoring.",
+            differences,
+        )
+    return cursor
