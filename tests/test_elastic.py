@@ -24,11 +24,11 @@ class NoisyEncoder:
 
 
 @st.composite
-def scenarios(draw, max_workers: int, max_steps: int):
+def scenarios(draw, min_workers: int, max_workers: int, max_steps: int):
     n = draw(st.integers(1, 5000), label="dataset size")
     W, W2 = draw(st.integers(1, 4), label="W"), draw(st.integers(1, 4), label="W'")
     m, m2 = draw(st.integers(1, 4), label="m"), draw(st.integers(1, 4), label="m'")
-    N, N2 = draw(st.integers(0, max_workers), label="N"), draw(st.integers(0, max_workers), label="N'")
+    N, N2 = draw(st.integers(min_workers, max_workers), label="N"), draw(st.integers(0, max_workers), label="N'")
     G = math.lcm(m * W, m2 * W2) * draw(st.integers(1, 2), label="G factor")
     A = G // (m * W)
     batches = max(1, min(5, max_steps // A))
@@ -70,13 +70,13 @@ def _check_exactly_once_per_epoch(data, s):
             assert sorted(seen) == list(range(n))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(s=scenarios(max_workers=0, max_steps=40))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=scenarios(min_workers=0, max_workers=0, max_steps=40))
 def test_elastic_restore_in_process(s):
     _run(s)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(s=scenarios(max_workers=3, max_steps=12))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=scenarios(min_workers=1, max_workers=3, max_steps=24))
 def test_elastic_restore_with_worker_processes(s):
     _run(s)
