@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datareel import Loader, TopologyError
-from datareel.simulate import make_ranks, unbatch
+from datareel.simulate import make_ranks, take_micro_step
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,8 @@ def _steps(loaders: list[Loader], iterators: list, stop: int | None) -> list[tup
     """
     out = []
     while stop is None or loaders[0].cursor < stop:
-        records: list[Any] = []
-        live = False
-        for it in iterators:
-            batch = next(it, None)
-            if batch is not None:
-                live = True
-                records.extend(unbatch(batch))
-        if not live:
+        records = take_micro_step(iterators)
+        if records is None:
             break
         states = {json.dumps(loader.state_dict(), sort_keys=True) for loader in loaders}
         assert len(states) == 1, f"ranks disagree on the state after a micro-step: {states}"

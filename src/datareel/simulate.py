@@ -56,18 +56,30 @@ def take_global_batches(
     for _ in range(count):
         records: list[Any] = []
         for _step in range(steps):
-            live = False
-            for it in iterators:
-                batch = next(it, None)
-                if batch is not None:
-                    live = True
-                    records.extend(unbatch(batch))
-            if not live:
+            step = take_micro_step(iterators)
+            if step is None:
                 break
+            records.extend(step)
         if not records:
             break
         out.append(records)
     return out
+
+
+def take_micro_step(iterators: Sequence[Iterator[Any]]) -> list[Any] | None:
+    """One micro-step of every rank, as sample records in rank order; ``None`` once all have ended.
+
+    On a finite reel a rank with an empty share of the last micro-step has
+    already ended; the others' records still come back.
+    """
+    records: list[Any] = []
+    live = False
+    for it in iterators:
+        batch = next(it, None)
+        if batch is not None:
+            live = True
+            records.extend(unbatch(batch))
+    return records if live else None
 
 
 def make_ranks(dataset: Any, *, world_size: int, **kwargs: Any) -> list[Loader]:
