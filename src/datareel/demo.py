@@ -5,12 +5,19 @@ uninterrupted single-rank reference, then a 4-rank job that checkpoints, and
 resumes that checkpoint on two other topologies.  Every global batch (positions,
 keys, tokens and per-sample augmentation) must equal the reference's, and every
 sample must appear exactly once per epoch.  Exit status 0 only if all holds.
+
+Ranks are simulated in one process by default; ``--distributed`` runs each
+phase as real processes joined by torch.distributed (gloo on 127.0.0.1),
+checkpointing with ``save_state_global`` and restoring with
+``restore_state_global``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,14 +26,14 @@ import numpy as np
 
 from .loader import Loader
 from .sample import sample_rng
-from .simulate import make_ranks, take_global_batches
+from .simulate import make_ranks, take_global_batches, unbatch
 from .sources.sequence import from_sequence
 
 
 class TokenFile:
     """Rows of a ``.npy`` token matrix as dict samples; memory-mapped lazily in each worker."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path | str):
         self.path = Path(path)
         self._rows: np.ndarray | None = None
         self._len = int(np.load(self.path, mmap_mode="r").shape[0])
@@ -52,73 +59,182 @@ class NoisyEncoder:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Run:
-    label: str
+class Phase:
+    """One job of the scenario: a topology and how many global batches it consumes."""
+
     world_size: int
     num_workers: int
     micro_batch_size: int
-    first: int
-    batches: list[list[Any]]
-    ok: bool | None = None
+    batches: int
+    restore: str = "src0"  # distributed restore: "src0" broadcasts rank 0's state, "every" has each rank pass it
+
+    @property
+    def label(self) -> str:
+        return f"{self.world_size} ranks × {self.num_workers} workers"
 
 
-def write_dataset(directory: Path, samples: int, seq_len: int, seed: int) -> Path:
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """Everything a (possibly remote) rank needs to run one phase."""
+
+    data: str
+    seed: int
+    global_batch_size: int
+    phase: Phase
+    state_in: str | None
+    out_dir: str
+
+
+def write_dataset(directory: Path, samples: int, seq_len: int = 16, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
-    path = directory / "tokens.npy"
+    path = Path(directory) / "tokens.npy"
     np.save(path, rng.integers(0, 32_000, size=(samples, seq_len), dtype=np.int32))
     return path
 
 
+def _loaders(job: Job, **placement: Any) -> list[Loader] | Loader:
+    dataset = from_sequence(TokenFile(job.data), name="demo-tokens")
+    common = dict(global_batch_size=job.global_batch_size, seed=job.seed, task_encoder=NoisyEncoder(),
+                  num_workers=job.phase.num_workers, micro_batch_size=job.phase.micro_batch_size)
+    if placement.get("distributed"):
+        return Loader(dataset, **common)
+    return make_ranks(dataset, world_size=job.phase.world_size, **common)
+
+
+def run_phase_local(job: Job) -> tuple[list[list[Any]], str | None]:
+    """Run a phase with ranks simulated in this process. -> (global batches, saved state JSON)."""
+    ranks = _loaders(job)
+    if job.state_in:
+        state = json.loads(Path(job.state_in).read_text())
+        for loader in ranks:
+            loader.load_state_dict(state)
+    batches = take_global_batches(ranks, job.phase.batches)
+    states = {json.dumps(loader.state_dict(), sort_keys=True) for loader in ranks}
+    for loader in ranks:
+        loader.close()
+    return batches, (states.pop() if len(states) == 1 else None)
+
+
+def _rank_main(rank: int, world_size: int, job: Job) -> None:
+    """One real rank of a distributed phase: restore, consume, save globally, write records."""
+    loader = _loaders(job, distributed=True)
+    if job.state_in:
+        if job.phase.restore == "every":
+            loader.restore_state_global(json.loads(Path(job.state_in).read_text()), src_rank=None)
+        else:
+            state = json.loads(Path(job.state_in).read_text()) if rank == 0 else None
+            loader.restore_state_global(state, src_rank=0)
+    it = iter(loader)
+    steps = [unbatch(next(it)) for _ in range(job.phase.batches * loader.accumulation_steps)]
+    state = loader.save_state_global(dst_rank=0)
+    loader.close()
+    _write_atomic(Path(job.out_dir) / f"rank{rank}.json", json.dumps(steps))
+    if rank == 0:
+        _write_atomic(Path(job.out_dir) / "state.json", json.dumps(state, sort_keys=True))
+
+
+def run_phase_distributed(job: Job, timeout: float = 300.0) -> tuple[list[list[Any]], str | None]:
+    """Run a phase as ``world_size`` real processes. -> (global batches, saved state JSON)."""
+    from .launch import run_local
+
+    os.makedirs(job.out_dir, exist_ok=True)
+    run_local(_rank_main, job.phase.world_size, job, timeout=timeout)
+    per_rank = [json.loads((Path(job.out_dir) / f"rank{r}.json").read_text()) for r in range(job.phase.world_size)]
+    return assemble(per_rank, job.phase.batches), (Path(job.out_dir) / "state.json").read_text()
+
+
+def assemble(per_rank: list[list[list[Any]]], batches: int) -> list[list[Any]]:
+    """Global batches from each rank's micro-steps: batch b = steps b·A .. b·A+A-1, ranks in order."""
+    steps = len(per_rank[0]) // batches
+    return [
+        [record for a in range(b * steps, (b + 1) * steps) for rank in per_rank for record in rank[a]]
+        for b in range(batches)
+    ]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+DEMO_PHASES = (
+    Phase(world_size=4, num_workers=2, micro_batch_size=2, batches=5),
+    Phase(world_size=3, num_workers=1, micro_batch_size=2, batches=7, restore="src0"),
+    Phase(world_size=2, num_workers=0, micro_batch_size=3, batches=7, restore="every"),
+)
+
+
+def run_scenario(
+    data: Path, phases: tuple[Phase, ...], *, seed: int, global_batch_size: int, work: Path,
+    runner: Callable[[Job], tuple[list[list[Any]], str | None]],
+) -> tuple[list[list[Any]], list[tuple[Phase, int, list[list[Any]]]], str | None]:
+    """Phase 0 runs from the start and checkpoints; every later phase resumes that checkpoint.
+
+    -> (reference global batches, [(phase, first global batch, its global batches)], checkpoint JSON)
+    """
+    first, rest = phases[0], phases[1:]
+    total = first.batches + max(p.batches for p in rest)
+    ref_job = Job(data=str(data), seed=seed, global_batch_size=global_batch_size, state_in=None,
+                  out_dir=str(work / "reference"),
+                  phase=Phase(world_size=1, num_workers=0, micro_batch_size=global_batch_size, batches=total))
+    reference, _ = run_phase_local(ref_job)
+    job = Job(data=str(data), seed=seed, global_batch_size=global_batch_size, phase=first, state_in=None,
+              out_dir=str(work / "phase0"))
+    batches, state = runner(job)
+    results = [(first, 0, batches)]
+    if state is None:
+        return reference, results, None
+    state_path = work / "checkpoint.json"
+    state_path.write_text(state)
+    for i, phase in enumerate(rest, start=1):
+        job = Job(data=str(data), seed=seed, global_batch_size=global_batch_size, phase=phase,
+                  state_in=str(state_path), out_dir=str(work / f"phase{i}"))
+        results.append((phase, first.batches, runner(job)[0]))
+    return reference, results, state
+
+
 def run_demo(
-    *, samples: int = 100, global_batch_size: int = 24, total: int = 12, checkpoint_at: int = 5,
-    seed: int = 1234, out: Any = print,
+    *, samples: int = 100, global_batch_size: int = 24, seed: int = 1234, distributed: bool = False,
+    out: Callable[[str], Any] = print,
 ) -> bool:
     """Run the scenario; print a table and a verdict; return whether everything matched."""
     with tempfile.TemporaryDirectory(prefix="datareel-demo-") as tmp:
-        dataset = from_sequence(TokenFile(write_dataset(Path(tmp), samples, 16, seed)), name="demo-tokens")
-        common = dict(global_batch_size=global_batch_size, seed=seed, task_encoder=NoisyEncoder())
-        reference = take_global_batches(make_ranks(dataset, world_size=1, micro_batch_size=4, **common), total)
+        work = Path(tmp)
+        data = write_dataset(work, samples, seed=seed)
+        runner = run_phase_distributed if distributed else run_phase_local
+        reference, results, state = run_scenario(
+            data, DEMO_PHASES, seed=seed, global_batch_size=global_batch_size, work=work, runner=runner)
+    return report(reference, results, state, samples=samples, global_batch_size=global_batch_size,
+                  mode="real processes, gloo on 127.0.0.1" if distributed else "ranks simulated in one process",
+                  out=out)
 
-        first = make_ranks(dataset, world_size=4, num_workers=2, micro_batch_size=2, **common)
-        saved = take_global_batches(first, checkpoint_at)
-        states = [json.dumps(loader.state_dict(), sort_keys=True) for loader in first]
-        for loader in first:
-            loader.close()
-        runs = [Run(label="4 ranks × 2 workers, then checkpoint", world_size=4, num_workers=2,
-                    micro_batch_size=2, first=0, batches=saved)]
-        for world_size, workers, micro in ((3, 1, 2), (2, 0, 3)):
-            ranks: list[Loader] = make_ranks(dataset, world_size=world_size, num_workers=workers,
-                                             micro_batch_size=micro, **common)
-            for loader in ranks:
-                loader.load_state_dict(json.loads(states[0]))
-            runs.append(Run(label=f"resume on {world_size} ranks × {workers} workers", world_size=world_size,
-                            num_workers=workers, micro_batch_size=micro, first=checkpoint_at,
-                            batches=take_global_batches(ranks, total - checkpoint_at)))
-            for loader in ranks:
-                loader.close()
 
-    checks = [_compare(run, reference) for run in runs]
-    same_state = len(set(states)) == 1
+def report(reference, results, state, *, samples: int, global_batch_size: int, mode: str, out) -> bool:
+    total = len(reference)
+    checkpoint_at = results[0][0].batches
+    checks = [batches == reference[first : first + len(batches)] and len(batches) == phase.batches
+              for phase, first, batches in results]
     once = _exactly_once_per_epoch(reference, samples)
-    out(f"datareel demo: {samples} samples, global batch {global_batch_size}, {total} global batches "
-        f"(= {total * global_batch_size / samples:.2f} epochs), checkpoint after global batch {checkpoint_at - 1}\n")
-    out(f"{'run':<40}{'micro':>6}{'accum':>6}  {'global batches':<15}{'result'}")
-    out(f"{'uninterrupted reference (1 rank)':<40}{4:>6}{global_batch_size // 4:>6}  {'0-' + str(total - 1):<15}reference")
-    for run, ok in zip(runs, checks):
-        accum = global_batch_size // (run.micro_batch_size * run.world_size)
-        span = f"{run.first}-{run.first + len(run.batches) - 1}"
-        out(f"{run.label:<40}{run.micro_batch_size:>6}{accum:>6}  {span:<15}{'identical' if ok else 'DIFFERENT'}")
-    out(f"\ncheckpoint: {len(states[0])} bytes of JSON, identical on all 4 ranks: {'yes' if same_state else 'NO'}")
+    out(f"datareel demo ({mode}): {samples} samples, global batch {global_batch_size}, {total} global "
+        f"batches (= {total * global_batch_size / samples:.2f} epochs), checkpoint after global batch {checkpoint_at - 1}\n")
+    out(f"{'run':<44}{'micro':>6}{'accum':>6}  {'global batches':<15}{'result'}")
+    out(f"{'uninterrupted reference (1 rank)':<44}{global_batch_size:>6}{1:>6}  {'0-' + str(total - 1):<15}reference")
+    for i, ((phase, first, batches), ok) in enumerate(zip(results, checks)):
+        label = f"{phase.label}, then checkpoint" if i == 0 else f"resume on {phase.label}"
+        accum = global_batch_size // (phase.micro_batch_size * phase.world_size)
+        span = f"{first}-{first + len(batches) - 1}"
+        out(f"{label:<44}{phase.micro_batch_size:>6}{accum:>6}  {span:<15}{'identical' if ok else 'DIFFERENT'}")
+    first_ranks = results[0][0].world_size
+    if state is None:
+        out(f"\ncheckpoint: the {first_ranks} ranks saved DIFFERENT states")
+    else:
+        out(f"\ncheckpoint: {len(state)} bytes of JSON, identical on all {first_ranks} ranks")
     out(f"every sample exactly once per epoch in the reference: {'yes' if once else 'NO'}")
-    passed = all(checks) and same_state and once
+    passed = all(checks) and state is not None and once and len(results) == len(DEMO_PHASES)
     out("\nPASS: every global batch after the restore equals the uninterrupted run's" if passed
         else "\nFAIL: the resumed runs differ from the uninterrupted run")
     return passed
-
-
-def _compare(run: Run, reference: list[list[Any]]) -> bool:
-    expected = reference[run.first : run.first + len(run.batches)]
-    return len(run.batches) == len(expected) and run.batches == expected
 
 
 def _exactly_once_per_epoch(batches: list[list[Any]], samples: int) -> bool:

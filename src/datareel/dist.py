@@ -1,4 +1,9 @@
-"""torch.distributed helpers: where this process sits in the data-parallel group."""
+"""torch.distributed helpers: where this process sits, and collective state save/restore.
+
+``group`` is the loader's data-parallel process group (``None`` = the default
+group).  Ranks here are ranks *within that group*; tensor- and
+pipeline-parallel peers, which share a data-parallel rank, never talk through it.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,24 @@ from typing import Any
 
 import torch.distributed as torch_dist
 
-from .errors import TopologyError
+from .errors import DatareelError, TopologyError
+
+
+def initialised() -> bool:
+    return torch_dist.is_available() and torch_dist.is_initialized()
 
 
 def rank_and_world(rank: int | None, world_size: int | None, group: Any = None) -> tuple[int, int]:
-    """Resolve ``(rank, world_size)``: explicit values, else torch.distributed's, else ``(0, 1)``."""
-    initialised = torch_dist.is_available() and torch_dist.is_initialized()
+    """Resolve ``(rank, world_size)``: explicit values, else the group's, else ``(0, 1)``."""
+    if group is not None and not initialised():
+        raise TopologyError(
+            "data_parallel_group was given but torch.distributed is not initialised; call "
+            "torch.distributed.init_process_group() before building the loader"
+        )
     if world_size is None:
-        world_size = torch_dist.get_world_size(group) if initialised else 1
+        world_size = torch_dist.get_world_size(group) if initialised() else 1
     if rank is None:
-        if initialised:
+        if initialised():
             rank = torch_dist.get_rank(group)
         elif world_size == 1:
             rank = 0
@@ -32,3 +45,46 @@ def rank_and_world(rank: int | None, world_size: int | None, group: Any = None) 
             f"rank={rank} is not in [0, world_size={world_size}); pass 0 <= rank < world_size"
         )
     return rank, world_size
+
+
+def check_group(group: Any, world_size: int) -> None:
+    """Refuse collectives that cannot work: no torch.distributed for ``world_size > 1``, or a
+    loader whose world size differs from its group's (ranks simulated in one process)."""
+    if not initialised():
+        if world_size != 1:
+            raise DatareelError(
+                f"save_state_global/restore_state_global on a loader with world_size={world_size} "
+                f"need torch.distributed initialised; without it use state_dict()/load_state_dict() "
+                f"on each rank"
+            )
+        return
+    size = torch_dist.get_world_size(group)
+    if size != world_size:
+        raise DatareelError(
+            f"the loader's world_size={world_size} differs from its process group's size {size}; "
+            f"build the loader with data_parallel_group= the group it reads for, or without an "
+            f"explicit world_size"
+        )
+
+
+def gather_to_all(obj: Any, group: Any) -> list[Any]:
+    """Every rank's ``obj``, in group-rank order, on every rank."""
+    out: list[Any] = [None] * torch_dist.get_world_size(group)
+    torch_dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def broadcast(obj: Any, src_rank: int, group: Any) -> Any:
+    """``obj`` from group rank ``src_rank``, on every rank."""
+    size = torch_dist.get_world_size(group)
+    if isinstance(src_rank, bool) or not isinstance(src_rank, int) or not 0 <= src_rank < size:
+        raise TopologyError(f"src_rank={src_rank!r} is not a rank of the data-parallel group (0 <= rank < {size})")
+    box = [obj]
+    torch_dist.broadcast_object_list(box, src=global_rank(group, src_rank), group=group)
+    return box[0]
+
+
+def global_rank(group: Any, group_rank: int) -> int:
+    if group is None or group is torch_dist.group.WORLD:
+        return group_rank
+    return torch_dist.get_global_rank(group, group_rank)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Sampler
 
-from .dist import rank_and_world
+from . import dist
 from .encoder import ResolvedEncoder
 from .errors import DatareelError, TopologyError
 from .execute import BatchMaker, Descriptor, passthrough
@@ -121,6 +121,7 @@ class Loader:
         persistent_workers: bool = False,
         multiprocessing_context: Any = None,
         timeout: float = 0.0,
+        data_parallel_group: Any = None,
     ):
         if not isinstance(dataset, Source):
             dataset = from_sequence(dataset)
@@ -130,7 +131,8 @@ class Loader:
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.repeat = bool(repeat)
-        self.rank, world_size = rank_and_world(rank, world_size)
+        self.group = data_parallel_group
+        self.rank, world_size = dist.rank_and_world(rank, world_size, data_parallel_group)
         self.layout = Layout(
             global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, world_size=world_size
         )
@@ -233,6 +235,47 @@ class Loader:
         self._generation += 1
         self._cursor = cursor
 
+    def save_state_global(self, dst_rank: int = 0) -> dict[str, Any] | None:
+        """Gather every rank's state, check they agree, return it on ``dst_rank`` (else ``None``).
+
+        Collective over the data-parallel group: every rank must call it.  Ranks
+        whose cursors differ (one consumed a micro-batch more than the others)
+        make every rank raise :class:`~datareel.DatareelError` naming them.
+        Without torch.distributed (one process) it returns :meth:`state_dict`.
+        ``dst_rank`` is a rank within the data-parallel group.
+        """
+        if isinstance(dst_rank, bool) or not isinstance(dst_rank, int) or not 0 <= dst_rank < self.world_size:
+            raise TopologyError(f"dst_rank={dst_rank!r} is not a rank of this loader (0 <= rank < {self.world_size})")
+        state = self.state_dict()
+        dist.check_group(self.group, self.world_size)
+        if dist.initialised():
+            _check_agreement(dist.gather_to_all(state, self.group), "save_state_global")
+        return state if self.rank == dst_rank else None
+
+    def restore_state_global(self, state: dict[str, Any] | None, src_rank: int | None = 0) -> None:
+        """Restore one state on every rank of the data-parallel group (collective).
+
+        ``src_rank=r``: only rank ``r``'s ``state`` matters and is broadcast;
+        the others may pass ``None``.  ``src_rank=None``: every rank passes the
+        state itself, and all must pass the same one.
+        """
+        dist.check_group(self.group, self.world_size)
+        if not dist.initialised():
+            if state is None:
+                raise DatareelError("restore_state_global(None): pass the state returned by save_state_global")
+            self.load_state_dict(state)
+            return
+        if src_rank is None:
+            _check_agreement(dist.gather_to_all(state, self.group), "restore_state_global(src_rank=None)")
+        else:
+            state = dist.broadcast(state if self.rank == src_rank else None, src_rank, self.group)
+            if state is None:
+                raise DatareelError(
+                    f"restore_state_global: src_rank={src_rank} passed None; pass the saved state "
+                    f"on that rank (or src_rank=None to pass it on every rank)"
+                )
+        self.load_state_dict(state)
+
     # Energon's names.
     def save_state_rank(self) -> dict[str, Any]:
         """Alias of :meth:`state_dict` (Energon's name)."""
@@ -241,6 +284,32 @@ class Loader:
     def restore_state_rank(self, state: dict[str, Any]) -> None:
         """Alias of :meth:`load_state_dict` (Energon's name)."""
         self.load_state_dict(state)
+
+
+def _check_agreement(states: list[Any], what: str) -> None:
+    """Raise on every rank unless all gathered states are present and identical."""
+    missing = [r for r, st in enumerate(states) if st is None]
+    if missing:
+        raise DatareelError(f"{what}: ranks {missing} passed no state; every rank must pass the saved state")
+    if all(st == states[0] for st in states):
+        return
+    cursors = [st.get("cursor") if isinstance(st, dict) else st for st in states]
+    values = sorted(set(map(repr, cursors)))
+    if len(values) > 1:
+        majority = max(values, key=lambda v: sum(repr(c) == v for c in cursors))
+        odd = {r: c for r, c in enumerate(cursors) if repr(c) != majority}
+        raise DatareelError(
+            f"{what}: ranks disagree on the reel cursor: "
+            + ", ".join(f"rank {r} at {c}" for r, c in odd.items())
+            + f" while the other ranks are at {majority} (cursors by rank: {cursors}); a rank "
+            f"consumed a different number of micro-batches, so no consistent checkpoint exists. "
+            f"Make every rank take the same number of batches before saving."
+        )
+    odd_ranks = [r for r, st in enumerate(states) if st != states[0]]
+    raise DatareelError(
+        f"{what}: ranks {odd_ranks} hold a state whose spec differs from rank 0's; every rank "
+        f"must build its loader with the same dataset, seed, shuffle and global_batch_size"
+    )
 
 
 class _LoaderIterator:

@@ -1,0 +1,60 @@
+"""Run a function on several local processes joined by a gloo process group on 127.0.0.1.
+
+Used by ``datareel demo --distributed`` and the multi-process tests.  Every
+process started here is ended before :func:`run_local` returns or raises,
+also on failure or time-out.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as torch_dist
+import torch.multiprocessing as mp
+
+from .errors import DatareelError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, fn: Callable[..., None], world_size: int, port: int, timeout: float, args: tuple) -> None:
+    torch_dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout),
+    )
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        torch_dist.destroy_process_group()
+
+
+def run_local(fn: Callable[..., None], world_size: int, *args: Any, timeout: float = 300.0) -> None:
+    """Call ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes (gloo, loopback).
+
+    ``fn`` must be importable (a module-level function).  Raises if any process
+    fails or if all have not finished within ``timeout`` seconds; the remaining
+    processes are killed either way.
+    """
+    context = mp.start_processes(
+        _entry, args=(fn, world_size, free_port(), timeout, args), nprocs=world_size,
+        start_method="spawn", join=False,
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=0.2):
+            if time.monotonic() > deadline:
+                raise DatareelError(f"{world_size} local processes did not finish within {timeout:.0f} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
