@@ -92,18 +92,19 @@ def write_dataset(directory: Path, samples: int, seq_len: int = 16, seed: int = 
     return path
 
 
-def _loaders(job: Job, **placement: Any) -> list[Loader] | Loader:
+def job_loaders(job: Job, *, distributed: bool = False) -> list[Loader]:
+    """A job's loaders: one per simulated rank, or (distributed) this process's only one."""
     dataset = from_sequence(TokenFile(job.data), name="demo-tokens")
     common = dict(global_batch_size=job.global_batch_size, seed=job.seed, task_encoder=NoisyEncoder(),
                   num_workers=job.phase.num_workers, micro_batch_size=job.phase.micro_batch_size)
-    if placement.get("distributed"):
-        return Loader(dataset, **common)
+    if distributed:
+        return [Loader(dataset, **common)]
     return make_ranks(dataset, world_size=job.phase.world_size, **common)
 
 
 def run_phase_local(job: Job) -> tuple[list[list[Any]], str | None]:
     """Run a phase with ranks simulated in this process. -> (global batches, saved state JSON)."""
-    ranks = _loaders(job)
+    ranks = job_loaders(job)
     if job.state_in:
         state = json.loads(Path(job.state_in).read_text())
         for loader in ranks:
@@ -117,7 +118,7 @@ def run_phase_local(job: Job) -> tuple[list[list[Any]], str | None]:
 
 def _rank_main(rank: int, world_size: int, job: Job) -> None:
     """One real rank of a distributed phase: restore, consume, save globally, write records."""
-    loader = _loaders(job, distributed=True)
+    (loader,) = job_loaders(job, distributed=True)
     if job.state_in:
         if job.phase.restore == "every":
             loader.restore_state_global(json.loads(Path(job.state_in).read_text()), src_rank=None)
