@@ -91,6 +91,14 @@ class Loader:
     and micro-batch size whose product ``m W`` divides the rest of the current
     global batch.
 
+    Arguments: ``dataset`` is a :class:`~datareel.Source` (any other sequence is
+    wrapped with :func:`~datareel.from_sequence`); ``rank``/``world_size`` default
+    to ``data_parallel_group``'s (or the default process group's) when
+    torch.distributed is initialised, else ``0``/``1``; ``repeat=False`` reads one
+    pass; ``num_workers``, ``prefetch_factor``, ``pin_memory``,
+    ``persistent_workers``, ``multiprocessing_context`` and ``timeout`` go to the
+    ``torch.utils.data.DataLoader`` and may change freely between save and restore.
+
     Example::
 
         loader = datareel.Loader(datareel.from_sequence(data), global_batch_size=32,
