@@ -3,6 +3,7 @@
 The public API::
 
     datareel.from_sequence(seq, name=...)   # a dataset from any sequence
+    datareel.open_dataset(path, split=...)  # Energon / WebDataset directory, .jsonl
     datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.TaskEncoder                    # the task-encoder protocol
@@ -13,7 +14,7 @@ from .encoder import DefaultTaskEncoder, TaskEncoder
 from .errors import DatareelError, SampleContextError, StateMismatchError, TopologyError
 from .loader import Loader
 from .sample import sample_rng
-from .sources import Source, from_sequence
+from .sources import Source, from_sequence, open_dataset
 
 __version__ = "0.1.0"
 
@@ -27,5 +28,6 @@ __all__ = [
     "TaskEncoder",
     "TopologyError",
     "from_sequence",
+    "open_dataset",
     "sample_rng",
 ]

@@ -1,12 +1,16 @@
-"""The ``datareel`` command."""
+"""The ``datareel`` command: demo, prepare, info."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from collections.abc import Sequence
 
+from .errors import DatareelError
 
-def main(argv: Sequence[str] | None = None) -> int:
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="datareel", description="Elastic, deterministic data loading for PyTorch.")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
@@ -19,11 +23,61 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--distributed", action="store_true",
         help="run each phase as real processes joined by torch.distributed (gloo on 127.0.0.1)",
     )
+    prepare = commands.add_parser(
+        "prepare", help="index WebDataset shards (a directory) or a .jsonl file into Energon's format",
+    )
+    prepare.add_argument("path", help="directory of *.tar shards, or a .jsonl file")
+    prepare.add_argument("--split-ratio", default="1,0,0",
+                         help="shares of train,val,test (or name:share,...) cut by shard (default 1,0,0)")
+    prepare.add_argument("--sample-type", default="CrudeWebdataset",
+                         help="CrudeWebdataset (default) or an Energon sample type, e.g. CaptioningSample")
+    prepare.add_argument("--field-map", default=None, help='JSON field -> part map, e.g. \'{"image": "jpg", "caption": "txt"}\'')
+    prepare.add_argument("--workers", type=int, default=None, help="parallel indexing processes (default: cores)")
+    prepare.add_argument("--overwrite", action="store_true", help="replace an existing .nv-meta")
+    prepare.add_argument("--quiet", action="store_true", help="no progress bar")
+    info = commands.add_parser("info", help="splits, shards, samples, bytes and sample type of a prepared dataset")
+    info.add_argument("path")
+    info.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        return _run(parser, args)
+    except DatareelError as exc:
+        print(f"datareel {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
         if args.samples < 1:
             parser.error(f"--samples={args.samples} must be at least 1")
         return 0 if run_demo(samples=args.samples, seed=args.seed, distributed=args.distributed) else 1
+    if args.command == "prepare":
+        from .prepare import prepare_jsonl, prepare_webdataset
+
+        if args.path.endswith(".jsonl"):
+            print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
+            return 0
+        try:
+            field_map = json.loads(args.field_map) if args.field_map else None
+        except json.JSONDecodeError as exc:
+            parser.error(f"--field-map {args.field_map!r} is not JSON: {exc}")
+        report = prepare_webdataset(args.path, split_ratio=args.split_ratio, sample_type=args.sample_type,
+                                    field_map=field_map, workers=args.workers, overwrite=args.overwrite,
+                                    progress=not args.quiet)
+        print(f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
+              + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items()))
+        return 0
+    if args.command == "info":
+        from .info import dataset_info, format_info
+
+        result = dataset_info(args.path)
+        print(json.dumps(result, indent=2) if args.json else format_info(result))
+        return 0
     return 2

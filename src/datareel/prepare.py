@@ -1,0 +1,283 @@
+"""``datareel prepare``: index plain WebDataset shards (or a JSONL file) into Energon's format.
+
+For a directory of ``*.tar`` shards it writes, per shard, ``X.tar.idx`` and, in
+``.nv-meta/``, ``.info.json``, ``split.yaml``, ``dataset.yaml``,
+``index.sqlite`` and ``index.uuid`` — what Energon's own loaders and tools read.
+Shards are scanned in parallel with a progress bar.  Nothing is written until
+every shard has been scanned and checked (duplicate keys, sample type, field
+map); files are then written under temporary names and renamed into place, so
+a failure leaves no half-written metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from tqdm import tqdm
+
+from .errors import DatareelError
+from .sources.energon_meta import META
+from .sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
+from .sources.index_files import write_index
+from .sources.tarparse import scan_tar
+
+
+@dataclass(frozen=True)
+class ShardScan:
+    """What indexing one shard found. offsets: uint64[count + 1]."""
+
+    shard: str
+    offsets: np.ndarray
+    keys: list[str]
+    parts: list[tuple[int, str, int, int]]  # (sample index, part, data offset, size)
+
+
+@dataclass(frozen=True)
+class PrepareReport:
+    shards: int
+    samples: int
+    parts: list[str]
+    splits: dict[str, int]
+
+
+def scan_shard(root: Path, shard: str) -> ShardScan:
+    """Index one tar: each sample's first header offset, its key and its parts."""
+    path = root / shard
+    offsets: list[int] = []
+    keys: list[str] = []
+    parts: list[tuple[int, str, int, int]] = []
+    seen: dict[str, int] = {}
+    end = 0
+    with open(path, "rb") as f:
+        for header, key, part, data, size in scan_tar(f, f"shard {path}"):
+            if not keys or keys[-1] != key:
+                if key in seen:
+                    raise DatareelError(
+                        f"shard {path}: key {key!r} appears again at byte {header} after other samples "
+                        f"(first as sample {seen[key]}); a sample's files must be consecutive and keys unique"
+                    )
+                seen[key] = len(keys)
+                offsets.append(header)
+                keys.append(key)
+            parts.append((len(keys) - 1, part, data, size))
+            end = data + (size + 511) // 512 * 512
+    offsets.append(end)
+    return ShardScan(shard, np.array(offsets if keys else [0], dtype=np.uint64), keys, parts)
+
+
+def find_shards(root: Path) -> list[str]:
+    return sorted(
+        p.relative_to(root).as_posix() for p in root.rglob("*.tar") if META not in p.relative_to(root).parts
+    )
+
+
+def parse_split_ratio(text: str) -> dict[str, float]:
+    """``"8,1,1"`` or ``"train:8,val:1,test:1"`` -> split name -> share."""
+    names = ("train", "val", "test")
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    out: dict[str, float] = {}
+    for i, item in enumerate(items):
+        name, colon, value = item.rpartition(":")
+        if not colon:
+            if i >= len(names):
+                raise DatareelError(f"--split-ratio {text!r}: give names (name:share) for more than 3 splits")
+            name, value = names[i], item
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise DatareelError(f"--split-ratio {text!r}: {value!r} is not a number") from None
+    if not out or any(v < 0 for v in out.values()) or sum(out.values()) <= 0:
+        raise DatareelError(f"--split-ratio {text!r} must hold non-negative shares with a positive sum, e.g. 8,1,1")
+    return out
+
+
+def split_shards(shards: list[str], ratio: dict[str, float]) -> dict[str, list[str]]:
+    """Cut the shard list (not samples) by cumulative share, as Energon does."""
+    total = sum(ratio.values())
+    out, start, cumulative = {}, 0, 0.0
+    for name, share in ratio.items():
+        cumulative += share / total
+        stop = len(shards) if cumulative >= 1 - 1e-12 else int(len(shards) * cumulative)
+        out[name] = shards[start:stop]
+        start = stop
+    return out
+
+
+def dataset_yaml(sample_type: str, field_map: dict[str, str] | None) -> dict[str, Any]:
+    if sample_type == CRUDE:
+        if field_map:
+            raise DatareelError(f"--field-map is for typed samples; {CRUDE} keeps every part")
+        return {"__module__": "megatron.energon", "__class__": CRUDE}
+    config = {"sample_type": {"__module__": "megatron.energon", "__class__": sample_type}, "field_map": field_map}
+    typed_fields(config, "--sample-type/--field-map")  # validates the type and the map
+    return config
+
+
+def prepare_webdataset(
+    root: str | os.PathLike, *, split_ratio: str = "1,0,0", sample_type: str = CRUDE,
+    field_map: dict[str, str] | None = None, workers: int | None = None, overwrite: bool = False,
+    progress: bool = True,
+) -> PrepareReport:
+    """Index every ``*.tar`` under ``root`` and write Energon-compatible metadata."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DatareelError(f"{root} is not a directory of .tar shards")
+    if (root / META).exists() and not overwrite:
+        raise DatareelError(f"{root / META} already exists; pass --overwrite to prepare {root} again")
+    shards = find_shards(root)
+    if not shards:
+        raise DatareelError(f"no *.tar shards under {root}")
+    config = dataset_yaml(sample_type, field_map)
+    splits = split_shards(shards, parse_split_ratio(split_ratio))
+
+    scans = _scan_all(root, shards, workers, progress)
+    owner: dict[str, tuple[str, int]] = {}
+    for scan in scans:
+        for i, key in enumerate(scan.keys):
+            other = owner.setdefault(key, (scan.shard, i))
+            if other != (scan.shard, i):
+                raise DatareelError(
+                    f"duplicate sample key {key!r}: sample {other[1]} of shard {root / other[0]} and sample {i} "
+                    f"of shard {root / scan.shard}; keys must be unique across the dataset: rename one"
+                )
+    found_parts = sorted({part for scan in scans for _, part, _, _ in scan.parts})
+    if sample_type != CRUDE:
+        fields = typed_fields(config, "--field-map")
+        missing = sorted(p for p in fields.parts if p not in found_parts)
+        required = SAMPLE_TYPES[sample_type][0]
+        if any(all(a.part in missing for a in alts) for f, alts in fields.fields if f in required):
+            raise DatareelError(f"--field-map names parts {missing} that no sample has; parts found: {found_parts}")
+
+    _write_all(root, scans, splits, config, overwrite)
+    return PrepareReport(shards=len(shards), samples=sum(len(s.keys) for s in scans), parts=found_parts,
+                         splits={name: sum(len(s.keys) for s in scans if s.shard in set(lst)) for name, lst in splits.items()})
+
+
+def _scan_all(root: Path, shards: list[str], workers: int | None, progress: bool) -> list[ShardScan]:
+    workers = max(1, min(workers or os.cpu_count() or 1, len(shards)))
+    bar = tqdm(total=len(shards), unit="shard", desc="indexing", disable=not progress)
+    try:
+        if workers == 1:
+            scans = []
+            for shard in shards:
+                scans.append(scan_shard(root, shard))
+                bar.update()
+            return scans
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(scan_shard, root, shard) for shard in shards]
+            scans = []
+            for future in futures:
+                scans.append(future.result())  # in shard order; re-raises a shard's error
+                bar.update()
+            return scans
+    finally:
+        bar.close()
+
+
+def _write_all(root: Path, scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any],
+               overwrite: bool) -> None:
+    from . import __version__
+
+    tag = f".tmp-{uuid.uuid4().hex[:8]}"
+    staged = Path(tempfile.mkdtemp(prefix=".nv-meta", suffix=tag, dir=root))
+    umask = os.umask(0)
+    os.umask(umask)
+    staged.chmod(0o777 & ~umask)  # mkdtemp makes it private; metadata is as readable as the shards
+    idx_tmp = [(root / f"{scan.shard}.idx{tag}", root / f"{scan.shard}.idx") for scan in scans]
+    try:
+        for (tmp, _), scan in zip(idx_tmp, scans):
+            write_index(tmp, scan.offsets)
+        info = {"energon_version": f"datareel {__version__}", "shard_counts": {s.shard: len(s.keys) for s in scans}}
+        (staged / ".info.json").write_text(json.dumps(info, indent=2))
+        (staged / "split.yaml").write_text(yaml.safe_dump({"split_parts": splits, "exclude": []}, sort_keys=False))
+        (staged / "dataset.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        _write_sqlite(staged / "index.sqlite", scans)
+        (staged / "index.uuid").write_text(str(uuid.uuid4()))
+        for tmp, final in idx_tmp:
+            os.replace(tmp, final)
+        old = root / META
+        if old.exists():
+            if not overwrite:
+                raise DatareelError(f"{old} appeared while preparing; pass --overwrite to replace it")
+            shutil.rmtree(old)
+        os.replace(staged, old)
+    except BaseException:
+        for tmp, _ in idx_tmp:
+            tmp.unlink(missing_ok=True)
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+
+
+def _write_sqlite(path: Path, scans: list[ShardScan]) -> None:
+    """Energon's lookup index (samples by key, parts by sample), for its key-based tools."""
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(
+            "CREATE TABLE samples (tar_file_id INTEGER NOT NULL, sample_key TEXT NOT NULL UNIQUE,"
+            " sample_index INTEGER NOT NULL, byte_offset INTEGER, byte_size INTEGER);"
+            "CREATE TABLE sample_parts (tar_file_id INTEGER NOT NULL, sample_index INTEGER NOT NULL,"
+            " part_name TEXT NOT NULL, content_byte_offset INTEGER, content_byte_size INTEGER);"
+        )
+        for tar_id, scan in enumerate(scans):
+            offsets = scan.offsets.tolist()
+            db.executemany(
+                "INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
+                ((tar_id, key, i, offsets[i], offsets[i + 1] - offsets[i]) for i, key in enumerate(scan.keys)),
+            )
+            db.executemany("INSERT INTO sample_parts VALUES (?, ?, ?, ?, ?)",
+                           ((tar_id, i, part, off, size) for i, part, off, size in scan.parts))
+        db.executescript(
+            "CREATE INDEX idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index);"
+            "CREATE INDEX idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset);"
+            "CREATE INDEX idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name,"
+            " content_byte_offset, content_byte_size);"
+        )
+        db.commit()
+    finally:
+        db.close()
+
+
+def prepare_jsonl(path: str | os.PathLike) -> int:
+    """Write ``path.idx`` for a JSONL file; returns the sample count.
+
+    Blank lines belong to the previous sample's range (leading ones to the
+    first); every other line must be one JSON object (``{...}``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DatareelError(f"JSONL file {path} does not exist")
+    starts: list[int] = []
+    pos = 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            text = line.strip()
+            if text:
+                if not (text.startswith(b"{") and text.endswith(b"}")):
+                    raise DatareelError(f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')")
+                try:
+                    text.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DatareelError(f"{path} line {number}: not valid UTF-8 ({exc.reason})") from exc
+                starts.append(pos)
+            pos += len(line)
+    if not starts:
+        raise DatareelError(f"{path} holds no JSON lines")
+    starts[0] = 0
+    tmp = Path(f"{path}.idx.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        write_index(tmp, np.array(starts + [pos], dtype=np.uint64))
+        os.replace(tmp, Path(f"{path}.idx"))
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(starts)

@@ -1,0 +1,39 @@
+"""Offset index files: ``X.tar.idx`` and ``X.jsonl.idx``.
+
+Layout (Energon's): ``count + 1`` little-endian uint64 offsets, no header.
+Entry ``i`` is where sample ``i`` begins (for a tar, its first header,
+including PAX / GNU long-name headers); the last entry is where the last
+sample ends.  Sample ``i`` is the byte range ``[idx[i], idx[i+1])``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DatareelError
+
+DTYPE = np.dtype("<u8")
+
+
+def read_index(path: Path) -> np.ndarray:
+    """Memory-map an index file. -> uint64[count + 1] (read-only)."""
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        raise DatareelError(
+            f"index file {path} is missing; run `datareel prepare` on the dataset to write it"
+        ) from None
+    if size < DTYPE.itemsize or size % DTYPE.itemsize:
+        raise DatareelError(
+            f"index file {path} has {size} bytes, not a whole number (>= 1) of 8-byte offsets; it is "
+            f"damaged: re-run `datareel prepare`"
+        )
+    return np.memmap(path, dtype=DTYPE, mode="r")
+
+
+def write_index(path: Path, offsets: np.ndarray) -> None:
+    """Write ``offsets`` (uint64[count + 1]) to ``path`` (the caller renames it into place)."""
+    np.asarray(offsets, dtype=DTYPE).tofile(path)

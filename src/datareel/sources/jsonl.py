@@ -1,0 +1,59 @@
+"""JSONL datasets: ``foo.jsonl`` with its ``foo.jsonl.idx`` offsets (Energon's layout).
+
+Sample ``i`` is the ``i``-th non-blank line: ``{"__key__": str(i), "json": <object>}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import DatareelError
+from .base import Source
+from .index_files import read_index
+
+
+class JsonlSource(Source):
+    def __init__(self, path: str | os.PathLike, *, name: str | None = None):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise DatareelError(f"JSONL file {self.path} does not exist")
+        idx = read_index(Path(f"{self.path}.idx"))
+        size = self.path.stat().st_size
+        if int(idx[-1]) != size:
+            raise DatareelError(
+                f"index {self.path}.idx ends at byte {int(idx[-1])} but {self.path} has {size} bytes: the file "
+                f"changed since it was indexed; run `datareel prepare {self.path}` again"
+            )
+        if len(idx) < 2:
+            raise DatareelError(f"{self.path} holds no samples")
+        self._size = len(idx) - 1
+        self.name = name if name is not None else self.path.name
+        self._pid: int | None = None
+        self._fd: int | None = None
+        self._idx = None
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, index: int) -> dict[str, Any]:
+        if self._pid != os.getpid():
+            self._pid, self._fd = os.getpid(), os.open(self.path, os.O_RDONLY)
+            self._idx = read_index(Path(f"{self.path}.idx"))
+        start, stop = int(self._idx[index]), int(self._idx[index + 1])
+        blob = os.pread(self._fd, stop - start, start)
+        where = f"{self.path} sample {index} (bytes {start}-{stop})"
+        try:
+            return {"__key__": str(index), "json": json.loads(blob.decode("utf-8"))}
+        except UnicodeDecodeError as exc:
+            raise DatareelError(f"{where}: not valid UTF-8 ({exc.reason} at byte {start + exc.start})") from exc
+        except json.JSONDecodeError as exc:
+            raise DatareelError(f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`") from exc
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "bytes": self.path.stat().st_size}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pid": None, "_fd": None, "_idx": None}

@@ -1,0 +1,59 @@
+"""``datareel.open_dataset``: one entry point for every on-disk dataset kind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import DatareelError
+from . import energon_meta
+from .base import Source
+from .jsonl import JsonlSource
+from .webdataset import WebDatasetSource
+
+
+def open_dataset(
+    path: str | os.PathLike,
+    *,
+    split: str = "train",
+    image_decode: str | None = "torchrgb",
+    decode: bool = True,
+    subflavors: dict[str, Any] | None = None,
+    name: str | None = None,
+    split_config: str = "split.yaml",
+    dataset_config: str = "dataset.yaml",
+) -> Source:
+    """Open a prepared dataset.
+
+    - a directory prepared by ``datareel prepare`` or ``energon prepare``
+      (tar shards, ``*.tar.idx``, ``.nv-meta/``): the given ``split``;
+    - a ``.jsonl`` file with its ``.jsonl.idx``.
+
+    ``image_decode`` picks the image type (``"torchrgb"``: float CHW tensor, as
+    Energon; ``"pil"``; ``"rgb8"``: uint8 HWC numpy; ``None``: bytes);
+    ``decode=False`` keeps every part as bytes.  ``name`` (default: directory
+    name and split) keys the shuffle and goes into checkpoints.
+
+    Example::
+
+        >>> ds = datareel.open_dataset("/data/coco-wds", split="train", image_decode="pil")  # doctest: +SKIP
+        >>> ds.read(0)["__key__"]                                                           # doctest: +SKIP
+        '000000000009'
+    """
+    p = Path(path)
+    if p.suffix == ".jsonl":
+        return JsonlSource(p, name=name)
+    if p.suffix in (".yaml", ".yml"):
+        raise DatareelError(
+            f"{p}: metadataset YAML (blends of datasets) is not supported yet; open each dataset "
+            f"directory with open_dataset and combine them in Python"
+        )
+    if p.is_dir() and energon_meta.is_prepared(p):
+        return WebDatasetSource(p, split=split, image_decode=image_decode, decode=decode, subflavors=subflavors,
+                                split_config=split_config, dataset_config=dataset_config, name=name)
+    if p.is_dir():
+        raise DatareelError(
+            f"{p} has no {energon_meta.META}/.info.json: it is not a prepared dataset; run `datareel prepare {p}`"
+        )
+    raise DatareelError(f"{p} does not exist or is not a dataset directory or .jsonl file")

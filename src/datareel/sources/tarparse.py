@@ -1,0 +1,172 @@
+"""Parse the tar members of one sample's byte range (ustar, PAX and GNU long names).
+
+Python's ``tarfile`` parses a 4-member sample in ~175 µs; this parser reads
+only what grouping needs (name, type, size, data offset), in a few µs per
+member, and checks each header's checksum, so a shard that changed under its
+index is reported instead of misread.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from ..errors import DatareelError
+
+BLOCK = 512
+_SKIPPED_NAME = re.compile(r"__[^/]*__($|/)")
+_REGULAR = (b"0", b"\0", b"7")
+
+
+class TarFormatError(DatareelError):
+    """A tar header that cannot be parsed (truncated or changed shard)."""
+
+
+def _number(field: bytes, where: str) -> int:
+    if field[:1] in (b"\x80", b"\xff"):  # base-256 (GNU) for large values
+        value = int.from_bytes(field[1:], "big")
+        return value - (1 << (8 * (len(field) - 1))) if field[:1] == b"\xff" else value
+    text = field.split(b"\0", 1)[0].strip(b" \0")
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise TarFormatError(f"{where}: a tar header holds a non-octal number {field!r}") from None
+
+
+def _checksum_ok(header: bytes) -> bool:
+    stored = header[148:156].split(b"\0", 1)[0].strip(b" \0")
+    if not stored:
+        return False
+    try:
+        value = int(stored, 8)
+    except ValueError:
+        return False
+    return value == sum(header[:148]) + 8 * 32 + sum(header[156:])
+
+
+def _pax_path(data: bytes) -> str | None:
+    """The ``path`` record of a PAX extended header, if any ("<len> <key>=<value>\\n" records)."""
+    pos = 0
+    path = None
+    while pos < len(data):
+        space = data.find(b" ", pos)
+        if space < 0:
+            break
+        length = int(data[pos:space])
+        record = data[space + 1 : pos + length - 1]
+        key, _, value = record.partition(b"=")
+        if key == b"path":
+            path = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return path
+
+
+def _header(header: bytes, where: str, offset: int) -> tuple[bytes, int]:
+    """``(type flag, data size)`` of a 512-byte header, after checking its checksum."""
+    if not _checksum_ok(header):
+        raise TarFormatError(
+            f"{where}: no valid tar header at byte {offset}; the file is not a tar, or it is damaged "
+            f"or changed since it was indexed (re-run `datareel prepare` on the dataset)"
+        )
+    return header[156:157], _number(header[124:136], where)
+
+
+def _plain_name(header: bytes) -> str:
+    name = header[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    if header[257:262] == b"ustar":
+        prefix = header[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        if prefix:
+            name = f"{prefix}/{name}"
+    return name
+
+
+def _long_name(kind: bytes, payload: bytes) -> str | None:
+    """The name an extended header (PAX ``x`` or GNU ``L``) gives the next member."""
+    if kind == b"x":
+        return _pax_path(payload)
+    return payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def iter_members(blob: bytes | memoryview, where: str, base: int = 0) -> Iterator[tuple[str, int, int]]:
+    """Yield ``(name, data offset, size)`` for each regular file in ``blob``.
+
+    ``blob`` holds whole tar members (one sample's range); ``where`` names the
+    file for errors and ``base`` is the blob's offset in it.  Stops at an
+    all-zero block (the end of the archive).
+    """
+    pos, end = 0, len(blob)
+    long_name: str | None = None
+    while pos + BLOCK <= end:
+        header = bytes(blob[pos : pos + BLOCK])
+        if header.count(0) == BLOCK:
+            return
+        kind, size = _header(header, where, base + pos)
+        data = pos + BLOCK
+        if data + size > end:
+            raise TarFormatError(
+                f"{where}: the member at byte {base + pos} runs past the sample's end "
+                f"({size} bytes of data); the shard is truncated or changed since it was indexed"
+            )
+        if kind in (b"x", b"L"):
+            long_name = _long_name(kind, bytes(blob[data : data + size]))
+        else:
+            if kind in _REGULAR:
+                yield (long_name if long_name is not None else _plain_name(header)), base + data, size
+            long_name = None
+        pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
+    if pos < end:
+        raise TarFormatError(f"{where}: {end - pos} stray bytes after the last member at byte {base + pos}")
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """``(key, part)`` of a member name as Energon groups them, or ``None`` if it is skipped.
+
+    The key is the path up to the first dot of its last component; the part is
+    the rest.  Names without such a dot and ``__...__`` names are skipped.
+    """
+    if _SKIPPED_NAME.match(name):
+        return None
+    head, slash, last = name.rpartition("/")
+    stem, dot, part = last.partition(".")
+    if not dot or not stem:
+        return None
+    return head + slash + stem, part
+
+
+def scan_tar(f: BinaryIO, where: str) -> Iterator[tuple[int, str, str, int, int]]:
+    """Stream a whole tar file: ``(header offset, key, part, data offset, size)`` per grouped member.
+
+    The header offset counts any PAX / GNU long-name header before the member.
+    Returns at the end blocks; a file that ends before them is truncated.
+    """
+    pos = 0
+    member_start: int | None = None
+    long_name: str | None = None
+    while True:
+        f.seek(pos)
+        header = f.read(BLOCK)
+        if len(header) < BLOCK:
+            raise TarFormatError(f"{where}: the tar ends at byte {pos + len(header)} without its end blocks (truncated)")
+        if header.count(0) == BLOCK:
+            return
+        kind, size = _header(header, where, pos)
+        member_start = pos if member_start is None else member_start
+        data = pos + BLOCK
+        if kind in (b"x", b"L"):
+            payload = f.read(size)
+            if len(payload) < size:
+                raise TarFormatError(f"{where}: the tar is truncated inside the header at byte {pos}")
+            long_name = _long_name(kind, payload)
+            pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
+            continue
+        name = long_name if long_name is not None else _plain_name(header)
+        split = split_name(name) if kind in _REGULAR else None
+        if split is not None:
+            if size:
+                f.seek(data + size - 1)
+                if len(f.read(1)) < 1:
+                    raise TarFormatError(f"{where}: the tar is truncated inside member {name!r} (header at byte {pos})")
+            yield member_start, split[0], split[1], data, size
+        long_name = member_start = None
+        pos = data + (size + BLOCK - 1) // BLOCK * BLOCK

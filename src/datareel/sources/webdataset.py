@@ -1,0 +1,213 @@
+"""Energon-prepared WebDataset directories (tar shards + ``.tar.idx`` + ``.nv-meta``).
+
+Sample ``i`` of a split is found by arithmetic on the split's per-shard counts
+(or, when samples are excluded by key, through a kept-index array), then read
+with one positioned read of ``[idx[i], idx[i+1])`` from its shard.  File
+handles and index maps are opened lazily in the process that reads, so
+DataLoader workers open their own after fork.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..decode import PartDecoder
+from ..errors import DatareelError
+from . import energon_meta as meta
+from .base import Source
+from .fieldmap import TypedFields, typed_fields
+from .index_files import read_index
+from .tarparse import BLOCK, iter_members, split_name
+
+
+class WebDatasetSource(Source):
+    """One split of an Energon-prepared dataset directory.
+
+    Samples are dicts: for ``CrudeWebdataset`` every part decoded by extension
+    (``{"__key__": ..., "txt": str, "json": dict, "jpg": tensor, ...}``); for a
+    ``sample_type`` the type's fields from ``field_map``.  ``__subflavors__`` is
+    attached when the dataset or the caller defines subflavors.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        split: str = "train",
+        image_decode: str | None = "torchrgb",
+        decode: bool = True,
+        subflavors: dict[str, Any] | None = None,
+        split_config: str = "split.yaml",
+        dataset_config: str = "dataset.yaml",
+        name: str | None = None,
+    ):
+        self.root = Path(root)
+        if not meta.is_prepared(self.root):
+            raise DatareelError(
+                f"{self.root} is not a prepared dataset (no {meta.META}/.info.json); run "
+                f"`datareel prepare {self.root}` first"
+            )
+        info = meta.read_info(self.root)
+        self.split = meta.read_split(self.root, split, info, split_config)
+        config = meta.read_dataset_yaml(self.root, dataset_config)
+        where = str(self.root / meta.META / dataset_config)
+        self.typed: TypedFields | None = typed_fields(config, where)
+        self.subflavors = {**(config.get("subflavors") or {}), **(subflavors or {})}
+        self.decoder = PartDecoder(image_decode) if decode else None
+        self.name = name if name is not None else f"{self.root.name}/{split}"
+        self.shards = self.split.shards
+        counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
+        self._check_shards(counts)
+        self.starts = np.concatenate([[0], np.cumsum(counts)])  # (S + 1,) first index of each shard
+        self.kept = self._kept_indices() if self.split.excluded_samples else None  # (N_kept,) or None
+        self._size = int(self.starts[-1]) if self.kept is None else len(self.kept)
+        if self._size == 0:
+            raise DatareelError(f"split {split!r} of {self.root} holds no samples (after excludes)")
+        self._pid: int | None = None
+        self._files: dict[int, int] = {}
+        self._indices: dict[int, np.ndarray] = {}
+
+    # -- opening checks -------------------------------------------------------------------------
+    def _check_shards(self, counts: np.ndarray) -> None:
+        """Every shard exists, its index agrees with .info.json, and the tar still ends where indexed."""
+        for shard, count in zip(self.shards, counts.tolist()):
+            path = self.root / shard
+            if not path.is_file():
+                raise DatareelError(f"shard {path} is missing (listed in {meta.META}/.info.json)")
+            idx = read_index(Path(f"{path}.idx"))
+            if len(idx) != count + 1:
+                raise DatareelError(
+                    f"index {path}.idx holds {len(idx) - 1} samples but {meta.META}/.info.json says {count}; "
+                    f"the dataset changed since it was prepared: re-run `datareel prepare`"
+                )
+            size = path.stat().st_size
+            end = int(idx[-1])
+            with open(path, "rb") as f:
+                f.seek(end)
+                tail = f.read(BLOCK)
+            if size < end or len(tail) < BLOCK or tail.count(0) != BLOCK:
+                raise DatareelError(
+                    f"shard {path} ({size} bytes) no longer matches its index, which ends the last sample "
+                    f"at byte {end} before the tar's end blocks: the shard is truncated or changed since "
+                    f"it was prepared; re-run `datareel prepare`"
+                )
+
+    def _kept_indices(self) -> np.ndarray:
+        """Split indices that survive sample excludes. -> int64[N_kept] (built once at open)."""
+        dropped = []
+        for s, shard in enumerate(self.shards):
+            keys = self.split.excluded_samples.get(shard)
+            if not keys:
+                continue
+            for local in range(int(self.starts[s + 1] - self.starts[s])):
+                if self._read_key(s, local) in keys:
+                    dropped.append(int(self.starts[s]) + local)
+        return np.setdiff1d(np.arange(int(self.starts[-1]), dtype=np.int64), np.array(dropped, dtype=np.int64))
+
+    # -- lazy per-process handles -----------------------------------------------------------------
+    def _handles(self) -> None:
+        if self._pid != os.getpid():  # first use in this process (e.g. a worker after fork)
+            self._pid, self._files, self._indices = os.getpid(), {}, {}
+
+    def _range(self, s: int, local: int) -> tuple[int, int]:
+        self._handles()
+        idx = self._indices.get(s)
+        if idx is None:
+            idx = self._indices[s] = read_index(Path(f"{self.root / self.shards[s]}.idx"))
+        return int(idx[local]), int(idx[local + 1])
+
+    def _pread(self, s: int, start: int, stop: int) -> bytes:
+        fd = self._files.get(s)
+        if fd is None:
+            fd = self._files[s] = os.open(self.root / self.shards[s], os.O_RDONLY)
+        blob = os.pread(fd, stop - start, start)
+        if len(blob) != stop - start:
+            raise DatareelError(
+                f"shard {self.root / self.shards[s]}: read {len(blob)} of {stop - start} bytes at {start}; "
+                f"the shard was truncated after it was opened"
+            )
+        return blob
+
+    def _read_key(self, s: int, local: int) -> str | None:
+        start, stop = self._range(s, local)
+        for name, _, _ in iter_members(self._pread(s, start, stop), f"shard {self.root / self.shards[s]}", start):
+            split = split_name(name)
+            if split is not None:
+                return split[0]
+        return None
+
+    # -- Source -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._size
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(shard number, index in shard)`` of sample ``index`` of this split."""
+        if not 0 <= index < self._size:
+            raise IndexError(f"sample {index} is out of range for {self.name} ({self._size} samples)")
+        g = int(self.kept[index]) if self.kept is not None else index
+        s = int(np.searchsorted(self.starts, g, side="right")) - 1
+        return s, g - int(self.starts[s])
+
+    def read_raw(self, index: int) -> tuple[str, dict[str, bytes], str]:
+        """``(key, {part: bytes}, where)`` of sample ``index``."""
+        s, local = self.locate(index)
+        start, stop = self._range(s, local)
+        shard = self.root / self.shards[s]
+        blob = self._pread(s, start, stop)
+        key: str | None = None
+        parts: dict[str, bytes] = {}
+        view = memoryview(blob)
+        for name, offset, size in iter_members(view, f"shard {shard}", start):
+            split = split_name(name)
+            if split is None:
+                continue
+            if key is None:
+                key = split[0]
+            elif split[0] != key:
+                raise DatareelError(
+                    f"shard {shard}: sample {local} (bytes {start}-{stop}) holds keys {key!r} and {split[0]!r}; "
+                    f"the shard changed since it was indexed: re-run `datareel prepare`"
+                )
+            parts[split[1]] = bytes(view[offset - start : offset - start + size])
+        if key is None:
+            raise DatareelError(f"shard {shard}: sample {local} (bytes {start}-{stop}) holds no files")
+        return key, parts, f"shard {shard} key {key!r}"
+
+    def read(self, index: int) -> dict[str, Any]:
+        key, parts, where = self.read_raw(index)
+        decode = self.decoder
+        if self.typed is not None:
+            sample = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), where)
+        elif decode is not None:
+            sample = {part: decode(part, data, where) for part, data in parts.items()}
+        else:
+            sample = dict(parts)
+        sample = {"__key__": key, **sample}
+        if self.subflavors:
+            sample["__subflavors__"] = dict(self.subflavors)
+        return sample
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "split": self.split.name,
+            "shards": list(self.shards),
+            "counts": np.diff(self.starts).tolist(),
+            "excluded": {s: sorted(k) for s, k in self.split.excluded_samples.items()},
+            "sample_type": self.typed.sample_type if self.typed else "crude",
+        }
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pid": None, "_files": {}, "_indices": {}}
+
+    def __del__(self) -> None:
+        if getattr(self, "_pid", None) == os.getpid():
+            for fd in self._files.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
