@@ -7,13 +7,18 @@ checkpoint positions placed around epoch boundaries.
 
 from __future__ import annotations
 
+import functools
 import math
+import tempfile
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datareel
+from datareel.prepare import prepare_webdataset
 from elastic import Topology, check_restore_everywhere
+from wds_helpers import build_shards
 
 
 class NoisyEncoder:
@@ -80,3 +85,33 @@ def test_elastic_restore_in_process(s):
 @given(s=scenarios(min_workers=1, max_workers=3, max_steps=24))
 def test_elastic_restore_with_worker_processes(s):
     _run(s)
+
+
+@functools.lru_cache(maxsize=1)
+def _webdataset_dir() -> Path:
+    """100 samples in 4 uneven shards (one with long, nested keys), prepared by datareel."""
+    root = Path(tempfile.mkdtemp(prefix="datareel-elastic-wds-"))
+    build_shards(root, shard_sizes=(40, 25, 1, 34))
+    prepare_webdataset(root, progress=False)
+    return root
+
+
+class KeyNoise:
+    def encode_sample(self, sample):
+        return {"__key__": sample["__key__"], "txt": sample["txt"],
+                "noise": int(datareel.sample_rng().integers(0, 2**31))}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(W=st.integers(1, 3), W2=st.integers(1, 3), m=st.integers(1, 3), m2=st.integers(1, 3),
+       factor=st.integers(1, 2), epoch=st.integers(0, 2), seed=st.integers(0, 2**32))
+def test_elastic_restore_on_a_webdataset_source_with_2_workers(W, W2, m, m2, factor, epoch, seed):
+    data = datareel.open_dataset(_webdataset_dir())
+    G = math.lcm(m * W, m2 * W2) * factor
+    batches = max(1, min(4, 12 // (G // (m * W))))
+    start = max(0, (epoch * len(data) - G) // G * G)  # cross an epoch boundary
+    report = check_restore_everywhere(
+        data, global_batch_size=G, before=Topology(W, 2, m), after=Topology(W2, 2, m2), start=start,
+        global_batches=batches, seed=seed, task_encoder=KeyNoise(),
+    )
+    assert report["restored"] >= 1

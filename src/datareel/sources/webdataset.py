@@ -60,6 +60,9 @@ class WebDatasetSource(Source):
         self.decoder = PartDecoder(image_decode) if decode else None
         self.name = name if name is not None else f"{self.root.name}/{split}"
         self.shards = self.split.shards
+        self._pid: int | None = None
+        self._files: dict[int, int] = {}
+        self._indices: dict[int, np.ndarray] = {}
         counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._check_shards(counts)
         self.starts = np.concatenate([[0], np.cumsum(counts)])  # (S + 1,) first index of each shard
@@ -67,9 +70,6 @@ class WebDatasetSource(Source):
         self._size = int(self.starts[-1]) if self.kept is None else len(self.kept)
         if self._size == 0:
             raise DatareelError(f"split {split!r} of {self.root} holds no samples (after excludes)")
-        self._pid: int | None = None
-        self._files: dict[int, int] = {}
-        self._indices: dict[int, np.ndarray] = {}
 
     # -- opening checks -------------------------------------------------------------------------
     def _check_shards(self, counts: np.ndarray) -> None:

@@ -1,0 +1,286 @@
+"""Energon-prepared and plain WebDataset datasets: cross-checked against Energon 7.4.1 itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import datareel
+from datareel import DatareelError
+from datareel.prepare import prepare_webdataset
+from datareel.sources.tarparse import split_name
+from wds_helpers import build_shards, energon_prepare, energon_samples, sample_parts, write_shard
+
+
+def ours(path, **kwargs) -> dict[str, dict]:
+    ds = datareel.open_dataset(path, **kwargs)
+    out = {}
+    for i in range(len(ds)):
+        sample = ds.read(i)
+        out[sample["__key__"]] = sample
+    assert len(out) == len(ds), "keys repeat within the split"
+    return out
+
+
+def assert_same_contents(mine: dict, theirs: dict) -> None:
+    assert sorted(mine) == sorted(theirs)
+    for key, sample in mine.items():
+        other = theirs[key]
+        parts = {p for p in sample if not p.startswith("__")}
+        assert parts == {p for p in other if not p.startswith("__")}, key
+        for part in parts:
+            a, b = sample[part], other[part]
+            if isinstance(a, (np.ndarray, torch.Tensor)) or isinstance(b, (np.ndarray, torch.Tensor)):
+                assert np.array_equal(np.asarray(a), np.asarray(b)), (key, part)
+            else:
+                assert a == b, (key, part)
+
+
+@pytest.fixture(scope="module")
+def energon_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("energon")
+    keys = build_shards(root)
+    energon_prepare(root, "--sample-type=CrudeWebdataset")
+    return root, keys
+
+
+def test_energon_prepared_reads_like_energon(energon_dir):
+    root, keys = energon_dir
+    mine = ours(root)
+    assert sorted(mine) == sorted(keys)
+    assert_same_contents(mine, energon_samples(root))
+    sample = mine["s00000"]
+    assert sample["txt"] == "sample number 0 ünïcode" and sample["json"] == {"i": 0, "tags": ["a", "0"]}
+    assert sample["png"].shape == (3, 6, 5) and sample["png"].dtype == torch.float32
+    assert sample["npy"].shape == (2, 3)
+
+
+def test_shard_and_sample_excludes_are_honoured(energon_dir, tmp_path):
+    root = tmp_path / "ds"
+    shutil.copytree(energon_dir[0], root)
+    keys = energon_dir[1]
+    split = yaml.safe_load((root / ".nv-meta/split.yaml").read_text())
+    long_key = keys[6]  # in shard 1, with '/' in the key
+    split["exclude"] = ["parts/data-{2..2}.tar", "parts/data-0.tar/s00001", f"parts/data-1.tar/{long_key}"]
+    (root / ".nv-meta/split.yaml").write_text(yaml.safe_dump(split))
+    mine = ours(root)
+    expected = set(keys) - {keys[11], "s00001", long_key}  # shard 2 holds sample 11 only
+    assert set(mine) == expected
+    assert set(energon_samples(root)) == expected
+    assert len(datareel.open_dataset(root)) == len(expected)
+
+
+def test_datareel_prepare_loads_in_energon(tmp_path):
+    keys = build_shards(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--quiet"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 shards, 17 samples" in proc.stdout
+    theirs = energon_samples(tmp_path, train=True)
+    assert sorted(theirs) == sorted(ours(tmp_path)) == sorted(keys)
+    assert_same_contents(ours(tmp_path), theirs)
+    energon_root = tmp_path / "energon"  # the same shards, prepared by Energon
+    build_shards(energon_root)
+    energon_prepare(energon_root, "--sample-type=CrudeWebdataset")
+    for shard in range(4):  # our index files are byte-identical to Energon's
+        name = f"parts/data-{shard}.tar.idx"
+        assert (tmp_path / name).read_bytes() == (energon_root / name).read_bytes()
+
+
+def test_typed_samples_and_split_ratio(tmp_path):
+    build_shards(tmp_path, shard_sizes=(3, 3, 3, 3), long_names=False)
+    report = prepare_webdataset(tmp_path, split_ratio="2,1,1", sample_type="CaptioningSample",
+                                field_map={"image": "png", "caption": "txt"}, progress=False)
+    assert report.splits == {"train": 6, "val": 3, "test": 3}
+    train = datareel.open_dataset(tmp_path, split="train", image_decode="pil")
+    sample = train.read(4)
+    assert set(sample) == {"__key__", "image", "caption"} and sample["caption"] == "sample number 4 ünïcode"
+    assert sample["image"].size == (5, 6)
+    theirs = energon_samples(tmp_path, split="val")
+    mine = ours(tmp_path, split="val")
+    assert sorted(theirs) == sorted(mine)
+    for key, s in mine.items():
+        assert s["caption"] == theirs[key]["caption"]
+        assert torch.equal(s["image"], theirs[key]["image"])
+
+
+def test_field_map_nested_access_alternatives_and_subflavors(tmp_path):
+    build_shards(tmp_path, shard_sizes=(2,), long_names=False)
+    prepare_webdataset(tmp_path, progress=False)
+    (tmp_path / ".nv-meta/dataset.yaml").write_text(yaml.safe_dump({
+        "sample_type": {"__module__": "megatron.energon", "__class__": "VQASample"},
+        "field_map": {"image": "jpg,png", "context": "json[tags][1]", "answers": "txt"},
+        "subflavors": {"source": "unit"},
+    }))
+    sample = datareel.open_dataset(tmp_path, subflavors={"extra": 1}).read(1)
+    assert sample["context"] == "1" and sample["answers"].startswith("sample number 1")
+    assert sample["__subflavors__"] == {"source": "unit", "extra": 1}
+
+
+def test_jsonl_index_matches_energon_and_reads(tmp_path):
+    from megatron.energon.flavors.jsonl.crude_jsonl_dataset import CrudeJsonlDatasetFactory
+
+    text = '\n{"a": 1}\n\n{"a": 2}\n{"a": 3}\n\n'
+    mine, theirs = tmp_path / "m.jsonl", tmp_path / "t.jsonl"
+    mine.write_text(text)
+    theirs.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "datareel", "prepare", str(mine)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "3 samples" in proc.stdout, proc.stderr
+    CrudeJsonlDatasetFactory.prepare_dataset(theirs)
+    assert np.fromfile(f"{mine}.idx", dtype="<u8").tolist() == [0, 11, 20, 30]
+    assert Path(f"{mine}.idx").read_bytes() == Path(f"{theirs}.idx").read_bytes()
+    ds = datareel.open_dataset(mine)
+    assert [ds.read(i) for i in range(3)] == [{"__key__": str(i), "json": {"a": i + 1}} for i in range(3)]
+
+
+def test_info_command(energon_dir):
+    proc = subprocess.run([sys.executable, "-m", "datareel", "info", str(energon_dir[0]), "--json"],
+                          capture_output=True, text=True)
+    info = json.loads(proc.stdout)
+    assert info["samples"] == 17 and info["shards"] == 4 and info["splits"]["train"]["samples"] == 17
+    assert info["sample_type"] == "CrudeWebdataset" and info["bytes"] > 0
+    table = subprocess.run([sys.executable, "-m", "datareel", "info", str(energon_dir[0])], capture_output=True, text=True)
+    assert "train" in table.stdout and "17" in table.stdout
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("s0.detail.json", ("s0", "detail.json")),
+    ("dir/s.2.txt", ("dir/s", "2.txt")),
+    ("a.b/c.txt", ("a.b/c", "txt")),
+    ("noext", None),
+    ("dir/.hidden", None),
+    ("__meta__/x.txt", None),
+    ("__index__", None),
+])
+def test_member_names_group_like_energon(name, expected):
+    assert split_name(name) == expected
+
+
+# -- bad input: a clear error that names the file (and key), never a crash deep inside ------------
+
+@pytest.fixture
+def prepared(tmp_path):
+    build_shards(tmp_path, shard_sizes=(3, 3), long_names=False)
+    prepare_webdataset(tmp_path, progress=False)
+    return tmp_path
+
+
+def test_missing_shard(prepared):
+    (prepared / "parts/data-1.tar").unlink()
+    with pytest.raises(DatareelError, match=r"shard .*data-1\.tar is missing"):
+        datareel.open_dataset(prepared)
+
+
+def test_truncated_tar(prepared):
+    shard = prepared / "parts/data-1.tar"
+    shard.write_bytes(shard.read_bytes()[:3000])
+    with pytest.raises(DatareelError, match=r"data-1\.tar .*truncated"):
+        datareel.open_dataset(prepared)
+
+
+def test_idx_count_disagrees_with_info(prepared):
+    idx = prepared / "parts/data-0.tar.idx"
+    idx.write_bytes(idx.read_bytes()[:-8])
+    with pytest.raises(DatareelError, match=r"data-0\.tar\.idx holds 2 samples but .* says 3"):
+        datareel.open_dataset(prepared)
+
+
+def test_shard_changed_after_prepare(prepared):
+    write_shard(prepared / "parts/data-0.tar", [(f"z{i}", sample_parts(i)) for i in range(4)])
+    with pytest.raises(DatareelError, match=r"data-0\.tar .*no longer matches its index"):
+        datareel.open_dataset(prepared)
+
+
+def test_damaged_header_is_caught_on_read(prepared):
+    shard = prepared / "parts/data-0.tar"
+    data = bytearray(shard.read_bytes())
+    data[10] ^= 0xFF  # the first member's name: its header checksum no longer matches
+    shard.write_bytes(bytes(data))
+    ds = datareel.open_dataset(prepared, split="train")
+    with pytest.raises(DatareelError, match=r"data-0\.tar: no valid tar header at byte 0"):
+        ds.read(0)
+
+
+def test_unknown_sample_type(prepared):
+    (prepared / ".nv-meta/dataset.yaml").write_text(yaml.safe_dump(
+        {"sample_type": {"__class__": "HologramSample"}, "field_map": {"x": "txt"}}))
+    with pytest.raises(DatareelError, match=r"dataset\.yaml: sample_type 'HologramSample' is not supported"):
+        datareel.open_dataset(prepared)
+
+
+def test_field_map_naming_a_missing_part(prepared):
+    (prepared / ".nv-meta/dataset.yaml").write_text(yaml.safe_dump(
+        {"sample_type": {"__class__": "CaptioningSample"}, "field_map": {"image": "jpg", "caption": "txt"}}))
+    ds = datareel.open_dataset(prepared)
+    with pytest.raises(DatareelError, match=r"data-0\.tar key 's00000'.*needs part jpg"):
+        ds.read(0)
+    with pytest.raises(DatareelError, match="no sample has"):
+        prepare_webdataset(prepared, sample_type="CaptioningSample", field_map={"image": "jpg", "caption": "txt"},
+                           overwrite=True, progress=False)
+
+
+def test_non_utf8_text(tmp_path):
+    write_shard(tmp_path / "bad.tar", [("k0", {"txt": b"fine"}), ("k1", {"txt": b"\xff\xfe broken"})])
+    prepare_webdataset(tmp_path, progress=False)
+    ds = datareel.open_dataset(tmp_path)
+    assert ds.read(0)["txt"] == "fine"
+    with pytest.raises(DatareelError, match=r"bad\.tar key 'k1': part 'txt' is not valid UTF-8"):
+        ds.read(1)
+    (tmp_path / "bad.jsonl").write_bytes(b'{"a": 1}\n{"b": "\xff"}\n')
+    with pytest.raises(DatareelError, match=r"bad\.jsonl line 2: not valid UTF-8"):
+        from datareel.prepare import prepare_jsonl
+        prepare_jsonl(tmp_path / "bad.jsonl")
+
+
+def test_prepare_refuses_duplicates_and_leaves_nothing(tmp_path):
+    write_shard(tmp_path / "a.tar", [("k0", {"txt": b"a"}), ("k1", {"txt": b"b"})])
+    write_shard(tmp_path / "b.tar", [("k2", {"txt": b"c"}), ("k1", {"txt": b"d"})])
+    proc = subprocess.run([sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--quiet"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "duplicate sample key 'k1'" in proc.stderr and "a.tar" in proc.stderr and "b.tar" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "b.tar"]  # no .nv-meta, no .idx, no temp
+
+
+def test_prepare_on_truncated_tar_leaves_nothing(tmp_path):
+    write_shard(tmp_path / "a.tar", [("k0", {"txt": b"a" * 2000})])
+    write_shard(tmp_path / "b.tar", [("k1", {"txt": b"b" * 2000})])
+    (tmp_path / "b.tar").write_bytes((tmp_path / "b.tar").read_bytes()[:1500])
+    with pytest.raises(DatareelError, match=r"b\.tar.*truncated"):
+        prepare_webdataset(tmp_path, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "b.tar"]
+
+
+def test_not_a_dataset_and_unsupported_yaml(tmp_path):
+    with pytest.raises(DatareelError, match="datareel prepare"):
+        datareel.open_dataset(tmp_path)
+    with pytest.raises(DatareelError, match="not supported yet"):
+        datareel.open_dataset(tmp_path / "mix.yaml")
+    with pytest.raises(DatareelError, match="does not exist"):
+        datareel.open_dataset(tmp_path / "nope")
+
+
+def test_unknown_split_names_the_choices(prepared):
+    with pytest.raises(DatareelError, match=r"split 'dev' is not in .*\['test', 'train', 'val'\]"):
+        datareel.open_dataset(prepared, split="dev")
+
+
+def test_file_handles_open_lazily_per_process(prepared):
+    import pickle
+
+    ds = datareel.open_dataset(prepared)
+    assert ds._files == {}
+    ds.read(0)
+    assert ds._files and ds._pid == os.getpid()
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone._files == {} and clone.read(4)["__key__"] == ds.read(4)["__key__"]

@@ -1,0 +1,93 @@
+"""Build small WebDataset shards inside tests, and read them back with Energon itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ENERGON = str(Path(sys.executable).parent / "energon")
+
+
+def sample_parts(i: int) -> dict[str, bytes]:
+    """Parts of sample i: text, json, a png image and an npy array."""
+    rng = np.random.default_rng(i)
+    image = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (6, 5, 3), dtype=np.uint8)).save(image, format="png")
+    array = io.BytesIO()
+    np.save(array, rng.normal(size=(2, 3)).astype(np.float32))
+    return {
+        "txt": f"sample number {i} ünïcode".encode(),
+        "json": json.dumps({"i": i, "tags": ["a", str(i)]}).encode(),
+        "png": image.getvalue(),
+        "npy": array.getvalue(),
+    }
+
+
+def write_shard(path: Path, samples: list[tuple[str, dict[str, bytes]]], fmt: int = tarfile.PAX_FORMAT) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w", format=fmt) as tar:
+        for key, parts in samples:
+            for part, data in parts.items():
+                info = tarfile.TarInfo(f"{key}.{part}")
+                info.size = len(data)
+                info.mtime = 1_700_000_000
+                tar.addfile(info, io.BytesIO(data))
+
+
+def build_shards(root: Path, shard_sizes=(4, 7, 1, 5), long_names: bool = True) -> list[str]:
+    """Shards under root/parts; shard 1 is GNU format and holds long, nested keys. -> all keys."""
+    keys: list[str] = []
+    i = 0
+    for s, size in enumerate(shard_sizes):
+        samples = []
+        for _ in range(size):
+            key = f"s{i:05d}"
+            if long_names and s == 1:
+                key = f"dir/sub/{'x' * 120}-{i:05d}"
+            samples.append((key, sample_parts(i)))
+            keys.append(key)
+            i += 1
+        write_shard(root / "parts" / f"data-{s}.tar", samples, tarfile.GNU_FORMAT if s == 1 else tarfile.PAX_FORMAT)
+    return keys
+
+
+def energon_prepare(root: Path, *extra: str) -> None:
+    cmd = [ENERGON, "prepare", str(root), "--non-interactive", "--split-ratio=1,0,0", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"energon prepare failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+def energon_samples(root: Path, split: str = "train", train: bool = False) -> dict[str, dict]:
+    """Every sample of a split as Energon's own loader yields it (key -> sample dict)."""
+    from megatron.energon import (Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset,
+                                  get_val_dataset, stateless)
+
+    class Passthrough(DefaultTaskEncoder):
+        cookers = [Cooker(stateless(lambda sample: sample))]
+
+        def batch(self, samples):
+            return samples
+
+    config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    if train:
+        dataset = get_train_dataset(str(root), split_part=split, worker_config=config, batch_size=None,
+                                    shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False,
+                                    task_encoder=Passthrough())
+    else:
+        dataset = get_val_dataset(str(root), split_part=split, worker_config=config, batch_size=None,
+                                  task_encoder=Passthrough())
+    out = {}
+    for sample in get_loader(dataset):
+        if not isinstance(sample, dict):  # a typed sample is a dataclass
+            sample = {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
+        out[sample["__key__"]] = sample
+    return out
