@@ -19,6 +19,10 @@ IMAGE_DECODE = tuple(autodecode.imagespecs)
 (float CHW tensor in [0, 1], Energon's default), ``"torchrgb8"``, ``"l8"``, ... ."""
 
 
+_KNOWN = frozenset(autodecode.decoders) | {"gz"}
+_IMAGES = frozenset(autodecode.IMAGE_EXTENSIONS)
+
+
 class PartDecoder:
     """Decodes one part at a time; picklable, so workers receive it with the source."""
 
@@ -37,6 +41,9 @@ class PartDecoder:
         return self._decoder
 
     def __call__(self, part: str, data: bytes, where: str = "") -> Any:
+        extension = part.rpartition(".")[2]
+        if extension not in _KNOWN and not (self.image_decode and extension.lower() in _IMAGES):
+            return data  # no handler would take it: skip webdataset's handler chain
         try:
             return self._get().decode1(part, data)
         except UnicodeDecodeError as exc:

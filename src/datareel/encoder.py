@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -89,5 +90,5 @@ class ResolvedEncoder:
 
 
 def positions_tensor(positions: Any) -> torch.Tensor:
-    """The ``__positions__`` entry of a batch: int64[m]."""
-    return torch.as_tensor(positions, dtype=torch.int64)
+    """The ``__positions__`` entry of a batch: int64[m] (made in the process that hands batches out)."""
+    return torch.from_numpy(np.asarray(positions, dtype=np.int64).copy())

@@ -9,6 +9,7 @@ simply made again.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from torch.utils.data import DataLoader, Sampler
 
 from . import dist
-from .encoder import ResolvedEncoder
+from .encoder import ResolvedEncoder, positions_tensor
 from .errors import DatareelError, TopologyError
 from .execute import BatchMaker, Descriptor, passthrough
 from .plan.layout import Layout
@@ -65,21 +66,34 @@ class _DescriptorSampler(Sampler):
     """Yields this rank's descriptors from the loader's cursor at the moment iteration starts."""
 
     def __init__(self, loader: Loader):
-        self.loader = loader
+        # a weak reference: Loader -> DataLoader -> sampler must not cycle back, or a dropped loader's
+        # worker processes would live until the garbage collector runs (possibly in a forked child)
+        self._loader = weakref.ref(loader)
+
+    CHUNK = 64
+    """Micro-steps resolved per plan call: amortises numpy's per-call cost over many descriptors."""
 
     def __iter__(self) -> Iterator[Descriptor]:
-        loader = self.loader
+        loader = self._loader()
+        if loader is None:
+            return
         layout, rank, length = loader.layout, loader.rank, loader.length
         first = loader.cursor // layout.step_size
-        for step in itertools.count(first):
-            start, stop = layout.rank_span(step, rank, length)
-            if length is not None and step * layout.step_size >= length:
+        last = None if length is None else -(-length // layout.step_size)  # steps of a finite reel
+        for chunk in itertools.count(first, self.CHUNK):
+            steps = range(chunk, chunk + self.CHUNK if last is None else min(chunk + self.CHUNK, last))
+            if not steps:
                 return
-            if start == stop:  # an empty share of the final, partial micro-step
-                continue
-            positions = np.arange(start, stop, dtype=np.int64)  # (k,)
+            spans = [layout.rank_span(step, rank, length) for step in steps]
+            positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])  # (sum of spans,)
             source_ids, indices = loader.plan.resolve(positions)
-            yield Descriptor(step, positions, source_ids, indices)
+            offset = 0
+            for step, (a, b) in zip(steps, spans):
+                if a == b:  # an empty share of the final, partial micro-step
+                    continue
+                cut = slice(offset, offset + b - a)
+                offset += b - a
+                yield Descriptor(step, positions[cut], source_ids[cut], indices[cut])
 
 
 class Loader:
@@ -345,6 +359,8 @@ class _LoaderIterator:
             if loader.length is not None:
                 loader._cursor = loader.length  # every rank ends at the same cursor
             raise
+        if isinstance(batch, dict) and isinstance(batch.get("__positions__"), np.ndarray):
+            batch["__positions__"] = positions_tensor(batch["__positions__"])
         self.step += 1
         consumed = self.step * loader.layout.step_size
         loader._cursor = consumed if loader.length is None else min(consumed, loader.length)

@@ -42,7 +42,7 @@ def _checksum_ok(header: bytes) -> bool:
         value = int(stored, 8)
     except ValueError:
         return False
-    return value == sum(header[:148]) + 8 * 32 + sum(header[156:])
+    return value == sum(header) - sum(header[148:156]) + 8 * 32  # the field counts as 8 spaces
 
 
 def _pax_path(data: bytes) -> str | None:

@@ -60,6 +60,7 @@ class WebDatasetSource(Source):
         self.decoder = PartDecoder(image_decode) if decode else None
         self.name = name if name is not None else f"{self.root.name}/{split}"
         self.shards = self.split.shards
+        self._where = [f"shard {self.root / shard}" for shard in self.shards]  # for error messages
         self._pid: int | None = None
         self._files: dict[int, int] = {}
         self._indices: dict[int, np.ndarray] = {}
@@ -134,7 +135,7 @@ class WebDatasetSource(Source):
 
     def _read_key(self, s: int, local: int) -> str | None:
         start, stop = self._range(s, local)
-        for name, _, _ in iter_members(self._pread(s, start, stop), f"shard {self.root / self.shards[s]}", start):
+        for name, _, _ in iter_members(self._pread(s, start, stop), self._where[s], start):
             split = split_name(name)
             if split is not None:
                 return split[0]
@@ -156,12 +157,12 @@ class WebDatasetSource(Source):
         """``(key, {part: bytes}, where)`` of sample ``index``."""
         s, local = self.locate(index)
         start, stop = self._range(s, local)
-        shard = self.root / self.shards[s]
+        where = self._where[s]
         blob = self._pread(s, start, stop)
         key: str | None = None
         parts: dict[str, bytes] = {}
         view = memoryview(blob)
-        for name, offset, size in iter_members(view, f"shard {shard}", start):
+        for name, offset, size in iter_members(view, where, start):
             split = split_name(name)
             if split is None:
                 continue
@@ -169,13 +170,13 @@ class WebDatasetSource(Source):
                 key = split[0]
             elif split[0] != key:
                 raise DatareelError(
-                    f"shard {shard}: sample {local} (bytes {start}-{stop}) holds keys {key!r} and {split[0]!r}; "
+                    f"{where}: sample {local} (bytes {start}-{stop}) holds keys {key!r} and {split[0]!r}; "
                     f"the shard changed since it was indexed: re-run `datareel prepare`"
                 )
             parts[split[1]] = bytes(view[offset - start : offset - start + size])
         if key is None:
-            raise DatareelError(f"shard {shard}: sample {local} (bytes {start}-{stop}) holds no files")
-        return key, parts, f"shard {shard} key {key!r}"
+            raise DatareelError(f"{where}: sample {local} (bytes {start}-{stop}) holds no files")
+        return key, parts, f"{where} key {key!r}"
 
     def read(self, index: int) -> dict[str, Any]:
         key, parts, where = self.read_raw(index)

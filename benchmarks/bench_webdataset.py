@@ -1,0 +1,101 @@
+"""WebDataset read throughput: datareel vs Energon's get_savable_loader, same data, same run.
+
+Dataset: 20 shards × 1,000 samples, each a short ``.txt`` and a 10 KiB ``.bin``
+(prepared once, by ``energon prepare``, in a temp dir; warm page cache for
+both).  Shuffle on, micro-batch 32, ``num_workers`` 0 and 2.  Energon:
+``get_train_dataset(shuffle_buffer_size=100, max_samples_per_sequence=100)`` +
+``get_savable_loader``, a crude dataset with a pass-through cooker.  Each
+repeat builds a fresh loader, takes one warm-up batch (worker start-up is not
+counted), then times ``--batches`` batches.  Figures: samples/s, median
+(min–max) over ``--repeats`` repeats, loaders measured alternately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import io
+from pathlib import Path
+
+import datareel
+
+
+def build(root: Path, shards: int = 20, per_shard: int = 1000) -> None:
+    payload = os.urandom(10 * 1024)
+    for s in range(shards):
+        with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:
+            for j in range(per_shard):
+                i = s * per_shard + j
+                for part, data in (("txt", f"sample {i}".encode()), ("bin", payload[i % 97 :] + payload[: i % 97])):
+                    info = tarfile.TarInfo(f"{i:07d}.{part}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    energon = str(Path(sys.executable).parent / "energon")
+    subprocess.run([energon, "prepare", str(root), "--non-interactive", "--split-ratio=1,0,0",
+                    "--sample-type=CrudeWebdataset"], check=True, capture_output=True)
+
+
+def datareel_loader(root: Path, workers: int):
+    return datareel.Loader(datareel.open_dataset(root), global_batch_size=32, micro_batch_size=32, seed=1,
+                           num_workers=workers)
+
+
+def energon_loader(root: Path, workers: int):
+    from megatron.energon import (Cooker, DefaultTaskEncoder, WorkerConfig, get_savable_loader, get_train_dataset,
+                                  stateless)
+
+    class Passthrough(DefaultTaskEncoder):
+        cookers = [Cooker(stateless(lambda sample: sample))]
+
+        def batch(self, samples):
+            return samples
+
+    dataset = get_train_dataset(str(root), split_part="train", batch_size=32, shuffle_buffer_size=100,
+                                max_samples_per_sequence=100, task_encoder=Passthrough(),
+                                worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers))
+    return get_savable_loader(dataset)
+
+
+def rate(make, root: Path, workers: int, batches: int) -> float:
+    loader = make(root, workers)
+    it = iter(loader)
+    next(it)  # warm-up: worker start-up and first fills are not counted
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    elapsed = time.perf_counter() - t0
+    del it, loader
+    return batches * 32 / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, default=150)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    with tempfile.TemporaryDirectory(prefix="datareel-bench-wds-") as tmp:
+        root = Path(tmp)
+        build(root)
+        print("| num_workers | datareel samples/s | Energon samples/s | ratio of medians |")
+        print("|---|---|---|---|")
+        for workers in (0, 2):
+            ours, theirs = [], []
+            for _ in range(args.repeats):
+                ours.append(rate(datareel_loader, root, workers, args.batches))
+                theirs.append(rate(energon_loader, root, workers, args.batches))
+            fmt = lambda v: f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"  # noqa: E731
+            print(f"| {workers} | {fmt(ours)} | {fmt(theirs)} | {statistics.median(ours) / statistics.median(theirs):.2f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
