@@ -284,3 +284,15 @@ def test_file_handles_open_lazily_per_process(prepared):
     assert ds._files and ds._pid == os.getpid()
     clone = pickle.loads(pickle.dumps(ds))
     assert clone._files == {} and clone.read(4)["__key__"] == ds.read(4)["__key__"]
+
+
+def test_legacy_info_yaml_and_split_json(prepared):
+    meta = prepared / ".nv-meta"
+    expected = ours(prepared)
+    info = json.loads((meta / ".info.json").read_text())
+    (meta / ".info.json").unlink()
+    (meta / ".info.yaml").write_text(yaml.safe_dump(info))
+    split = yaml.safe_load((meta / "split.yaml").read_text())
+    (meta / "split.yaml").unlink()
+    (meta / "split.json").write_text(json.dumps(split))
+    assert_same_contents(ours(prepared), expected)
