@@ -23,7 +23,7 @@ def main() -> None:
     print(f"| source size | start position | datareel plan, M positions/s | baseline materialised permutation, M positions/s |")
     print("|---|---|---|---|")
     for n, start in ((1_000_000, 0), (1_000_000, 10**12), (2**20 + 1, 0), (10**9, 10**15)):
-        plan = ReelPlan(size=n, name="bench", seed=7, shuffle=True)
+        plan = ReelPlan.single(size=n, name="bench", seed=7, shuffle=True)
         positions = np.arange(start, start + args.chunk, dtype=np.int64)
         ours = measure(lambda: plan.resolve(positions), args.repeats)
 
@@ -40,7 +40,7 @@ def main() -> None:
 
     # Random access: one micro-batch of 8 positions in an arbitrary epoch (what a restore needs).
     n = 1_000_000
-    plan = ReelPlan(size=n, name="bench", seed=7, shuffle=True)
+    plan = ReelPlan.single(size=n, name="bench", seed=7, shuffle=True)
     rng = np.random.default_rng(0)
     starts = iter(rng.integers(0, 10**12, size=10_000).tolist())
 

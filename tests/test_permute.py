@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from datareel.plan.permute import feistel_width, permute
 from datareel.plan.rng import permutation_keys
 
+PINNED_20 = [7, 9, 5, 3, 19, 16, 17, 6, 10, 0, 12, 11, 8, 14, 18, 15, 1, 2, 13, 4]
 KEYS = [permutation_keys(seed, source, epoch) for seed, source, epoch in [(0, 0, 0), (1, 7, 3), (2**40, 12345, 999)]]
 
 
@@ -32,6 +33,8 @@ def test_pinned_permutation_of_range_10():
     # Changing this output changes every shuffled reel, i.e. invalidates every checkpoint.
     out = permute(np.arange(10), 10, permutation_keys(0, 0, 0)).tolist()
     assert out == [5, 9, 6, 3, 8, 0, 4, 7, 1, 2]
+    # an odd bit width (unbalanced network): n = 20 needs 5 bits
+    assert permute(np.arange(20), 20, permutation_keys(0, 0, 0)).tolist() == PINNED_20
 
 
 def test_keys_change_the_order():
@@ -54,8 +57,8 @@ def test_vectorised_equals_one_at_a_time(n, data):
     assert len(set(alone)) == len(set(idx))
 
 
-@pytest.mark.parametrize("n,width", [(1, 2), (2, 2), (4, 2), (5, 4), (16, 4), (17, 6), (2**20, 20), (2**20 + 1, 22)])
-def test_width_is_smallest_even_that_covers_n(n, width):
+@pytest.mark.parametrize("n,width", [(1, 2), (2, 2), (4, 2), (5, 3), (16, 4), (17, 5), (2**20, 20), (2**20 + 1, 21)])
+def test_width_is_smallest_that_covers_n(n, width):
     assert feistel_width(n) == width
 
 

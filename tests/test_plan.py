@@ -11,7 +11,7 @@ from datareel.plan.reel import ReelPlan
 @settings(max_examples=100, deadline=None)
 @given(n=st.integers(1, 3000), seed=st.integers(0, 2**63), epochs=st.integers(1, 4))
 def test_each_epoch_is_a_permutation_and_epochs_differ(n, seed, epochs):
-    plan = ReelPlan(size=n, name="src", seed=seed, shuffle=True)
+    plan = ReelPlan.single(size=n, name="src", seed=seed, shuffle=True)
     _, idx = plan.resolve(np.arange(epochs * n))
     per_epoch = idx.reshape(epochs, n)  # (epochs, n)
     for e in range(epochs):
@@ -23,23 +23,23 @@ def test_each_epoch_is_a_permutation_and_epochs_differ(n, seed, epochs):
 @settings(max_examples=100, deadline=None)
 @given(n=st.integers(1, 5000), seed=st.integers(0, 2**32), start=st.integers(0, 10**13), k=st.integers(1, 300))
 def test_resolving_a_window_equals_resolving_each_position(n, seed, start, k):
-    plan = ReelPlan(size=n, name="src", seed=seed, shuffle=True)
+    plan = ReelPlan.single(size=n, name="src", seed=seed, shuffle=True)
     window = plan.resolve(np.arange(start, start + k))[1]
     singles = [int(plan.resolve(np.array([p]))[1][0]) for p in range(start, start + k, max(1, k // 7))]
     assert window[:: max(1, k // 7)].tolist() == singles
 
 
 def test_no_shuffle_is_natural_order_across_epochs():
-    plan = ReelPlan(size=5, name="src", seed=3, shuffle=False)
+    plan = ReelPlan.single(size=5, name="src", seed=3, shuffle=False)
     assert plan.resolve(np.arange(12))[1].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1]
 
 
 def test_seed_and_name_key_the_order():
     n = 200
-    base = ReelPlan(size=n, name="a", seed=1, shuffle=True).resolve(np.arange(n))[1]
-    assert np.array_equal(base, ReelPlan(size=n, name="a", seed=1, shuffle=True).resolve(np.arange(n))[1])
-    assert not np.array_equal(base, ReelPlan(size=n, name="a", seed=2, shuffle=True).resolve(np.arange(n))[1])
-    assert not np.array_equal(base, ReelPlan(size=n, name="b", seed=1, shuffle=True).resolve(np.arange(n))[1])
+    base = ReelPlan.single(size=n, name="a", seed=1, shuffle=True).resolve(np.arange(n))[1]
+    assert np.array_equal(base, ReelPlan.single(size=n, name="a", seed=1, shuffle=True).resolve(np.arange(n))[1])
+    assert not np.array_equal(base, ReelPlan.single(size=n, name="a", seed=2, shuffle=True).resolve(np.arange(n))[1])
+    assert not np.array_equal(base, ReelPlan.single(size=n, name="b", seed=1, shuffle=True).resolve(np.arange(n))[1])
 
 
 def test_mixed_epoch_window_and_empty_input():

@@ -261,10 +261,10 @@ def test_prepare_on_truncated_tar_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "b.tar"]
 
 
-def test_not_a_dataset_and_unsupported_yaml(tmp_path):
+def test_not_a_dataset_and_missing_yaml(tmp_path):
     with pytest.raises(DatareelError, match="datareel prepare"):
         datareel.open_dataset(tmp_path)
-    with pytest.raises(DatareelError, match="not supported yet"):
+    with pytest.raises(DatareelError, match="cannot read metadataset"):
         datareel.open_dataset(tmp_path / "mix.yaml")
     with pytest.raises(DatareelError, match="does not exist"):
         datareel.open_dataset(tmp_path / "nope")

@@ -4,12 +4,16 @@ The public API::
 
     datareel.from_sequence(seq, name=...)   # a dataset from any sequence
     datareel.open_dataset(path, split=...)  # Energon / WebDataset directory, .jsonl
+    datareel.mix([(ds, weight), ...])       # weighted blend (endless), nestable
+    datareel.mix_epochized([(ds, reps)])    # blend with a finite meta-epoch
+    datareel.concat([ds, ...])              # one after another
     datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.TaskEncoder                    # the task-encoder protocol
     datareel.DatareelError, datareel.StateMismatchError, datareel.TopologyError
 """
 
+from .blend import Blend, concat, mix, mix_epochized
 from .encoder import DefaultTaskEncoder, TaskEncoder
 from .errors import DatareelError, SampleContextError, StateMismatchError, TopologyError
 from .loader import Loader
@@ -19,6 +23,7 @@ from .sources import Source, from_sequence, open_dataset
 __version__ = "0.1.0"
 
 __all__ = [
+    "Blend",
     "DatareelError",
     "DefaultTaskEncoder",
     "Loader",
@@ -27,7 +32,10 @@ __all__ = [
     "StateMismatchError",
     "TaskEncoder",
     "TopologyError",
+    "concat",
     "from_sequence",
+    "mix",
+    "mix_epochized",
     "open_dataset",
     "sample_rng",
 ]

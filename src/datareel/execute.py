@@ -37,6 +37,7 @@ class BatchMaker(Dataset):
 
     def __init__(self, sources: Sequence[Source], encoder: ResolvedEncoder, seed: int):
         self.sources = list(sources)
+        self.names = [source.name for source in self.sources]
         self.encoder = encoder
         self.seed = seed
 
@@ -46,9 +47,13 @@ class BatchMaker(Dataset):
             desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist()
         ):
             raw = self.sources[source_id].read(index)
+            if isinstance(raw, dict) and "__source__" not in raw:
+                raw = {**raw, "__source__": self.names[source_id]}
             with sample_context(self.seed, position):
                 samples.append(self.encoder.encode_sample(raw))
         batch = self.encoder.encode_batch(self.encoder.batch(samples))
+        if isinstance(batch, dict) and "__source__" not in batch:
+            batch["__source__"] = [self.names[i] for i in desc.source_ids.tolist()]
         if isinstance(batch, dict) and "__positions__" not in batch:
             # numpy crosses the worker queue as plain bytes; the loader makes it a tensor on arrival
             # (a tensor would travel through a shared-memory segment per batch: ~40% of throughput)

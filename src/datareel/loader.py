@@ -22,7 +22,7 @@ from .encoder import ResolvedEncoder, positions_tensor
 from .errors import DatareelError, TopologyError
 from .execute import BatchMaker, Descriptor, passthrough
 from .plan.layout import Layout
-from .plan.reel import ReelPlan
+from .blend import Blend, build_plan
 from .sources.base import Source
 from .sources.sequence import from_sequence
 from .state import make_state, read_state
@@ -127,7 +127,7 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Source | Any,
+        dataset: Source | Blend | Any,
         *,
         global_batch_size: int,
         micro_batch_size: int,
@@ -145,7 +145,7 @@ class Loader:
         timeout: float = 0.0,
         data_parallel_group: Any = None,
     ):
-        if not isinstance(dataset, Source):
+        if not isinstance(dataset, (Source, Blend)):
             dataset = from_sequence(dataset)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed={seed!r} must be a non-negative integer")
@@ -166,7 +166,12 @@ class Loader:
             multiprocessing_context=multiprocessing_context,
             timeout=timeout,
         )
-        self.plan = ReelPlan(size=len(dataset), name=dataset.name, seed=self.seed, shuffle=self.shuffle)
+        self.plan, self.sources = build_plan(dataset, seed=self.seed, shuffle=self.shuffle)
+        if not self.repeat and self.plan.epoch_length is None:
+            raise ValueError(
+                f"repeat=False reads one pass, but {dataset.name} is an endless weighted mix; use "
+                f"datareel.mix_epochized (a finite meta-epoch) or repeat=True"
+            )
         self.length: int | None = None if self.repeat else self.plan.epoch_length
         self._encoder = ResolvedEncoder(task_encoder)
         self._cursor = 0
@@ -213,7 +218,7 @@ class Loader:
     def _get_dataloader(self) -> DataLoader:
         if self._dataloader is None:
             self._dataloader = DataLoader(
-                BatchMaker([self.dataset], self._encoder, self.seed),
+                BatchMaker(self.sources, self._encoder, self.seed),
                 batch_size=None,
                 sampler=_DescriptorSampler(self),
                 collate_fn=passthrough,

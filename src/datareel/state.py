@@ -71,6 +71,8 @@ def read_state(state: Any, spec: dict[str, Any]) -> int:
             f"  - {field}: saved {old!r}, now {new!r} — protects {GUARANTEES.get(field, 'the reel')}"
             for field, (old, new) in differences.items()
         ]
+        if "dataset" in differences:
+            lines += [f"      {line}" for line in dataset_changes(*differences["dataset"])]
         raise StateMismatchError(
             "the state does not belong to this loader; restoring it would break datareel's "
             "exactly-once and identical-batches guarantees. Differing fields:\n"
@@ -79,3 +81,24 @@ def read_state(state: Any, spec: dict[str, Any]) -> int:
             differences,
         )
     return cursor
+
+
+def dataset_changes(saved: Any, current: Any) -> list[str]:
+    """What differs between two blend fingerprints, child by child (added, removed, weight, content)."""
+    if not (isinstance(saved, dict) and isinstance(current, dict)):
+        return []
+    old = {entry[0]: entry for entry in saved.get("sources") or []}
+    new = {entry[0]: entry for entry in current.get("sources") or []}
+    if not old or not new:
+        return []
+    out = [f"source {name!r} was added" for name in new if name not in old]
+    out += [f"source {name!r} was removed" for name in old if name not in new]
+    for name in old.keys() & new.keys():
+        (_, p_old, d_old), (_, p_new, d_new) = old[name], new[name]
+        if p_old != p_new:
+            out.append(f"source {name!r}: weight/repetitions {p_old} -> {p_new}")
+        if d_old != d_new:
+            out.append(f"source {name!r}: its content, subset, split or nesting changed")
+    if list(old) != list(new) and not out:
+        out.append("the order of the sources changed")
+    return out

@@ -36,12 +36,12 @@ class Source(abc.ABC):
         """A short summary (name, size) and a digest of :meth:`describe`."""
         blob = json.dumps(self.describe(), sort_keys=True, default=str).encode("utf-8")
         digest = hashlib.blake2b(blob, digest_size=8).hexdigest()
-        return {"name": _shorten(self.name), "size": len(self), "digest": digest}
+        return {"name": shorten(self.name), "size": len(self), "digest": digest}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, size={len(self)})"
 
 
-def _shorten(name: str, limit: int = 80) -> str:
+def shorten(name: str, limit: int = 80) -> str:
     """Names go into the state verbatim up to ``limit`` characters (the digest covers the rest)."""
     return name if len(name) <= limit else name[: limit - 3] + "..."

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DatareelError
 from . import energon_meta
 from .base import Source
 from .jsonl import JsonlSource
 from .webdataset import WebDatasetSource
+
+if TYPE_CHECKING:
+    from ..blend import Blend
 
 
 def open_dataset(
@@ -23,12 +26,13 @@ def open_dataset(
     name: str | None = None,
     split_config: str = "split.yaml",
     dataset_config: str = "dataset.yaml",
-) -> Source:
+) -> Source | Blend:
     """Open a prepared dataset.
 
     - a directory prepared by ``datareel prepare`` or ``energon prepare``
       (tar shards, ``*.tar.idx``, ``.nv-meta/``): the given ``split``;
-    - a ``.jsonl`` file with its ``.jsonl.idx``.
+    - a ``.jsonl`` file with its ``.jsonl.idx``;
+    - an Energon metadataset ``.yaml``: a blend (see :mod:`datareel.metadataset`).
 
     ``image_decode`` picks the image type (``"torchrgb"``: float CHW tensor, as
     Energon; ``"pil"``; ``"rgb8"``: uint8 HWC numpy; ``None``: bytes);
@@ -45,10 +49,9 @@ def open_dataset(
     if p.suffix == ".jsonl":
         return JsonlSource(p, name=name)
     if p.suffix in (".yaml", ".yml"):
-        raise DatareelError(
-            f"{p}: metadataset YAML (blends of datasets) is not supported yet; open each dataset "
-            f"directory with open_dataset and combine them in Python"
-        )
+        from ..metadataset import load_metadataset
+
+        return load_metadataset(p, split=split, image_decode=image_decode, decode=decode)
     if p.is_dir() and energon_meta.is_prepared(p):
         return WebDatasetSource(p, split=split, image_decode=image_decode, decode=decode, subflavors=subflavors,
                                 split_config=split_config, dataset_config=dataset_config, name=name)

@@ -1,0 +1,258 @@
+"""Blends of datasets: weighted mixes, epochized mixes and concatenations, all nestable.
+
+A blend is part of the reel: which source position ``p`` reads is a pure
+function of ``p`` (see :mod:`datareel.plan.split`), never drawn from a
+per-worker RNG, so a blend restores on any topology like a single dataset.
+
+Example::
+
+    web = datareel.open_dataset("/data/web")
+    code = datareel.open_dataset("/data/code")
+    books = datareel.from_sequence(book_list, name="books")
+    reel = datareel.mix([(datareel.mix([(web, 3), (code, 1)]), 0.8), (books, 0.2)])
+    once = datareel.mix_epochized([(web, 0.5), (books, 2)])   # a finite meta-epoch
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Union
+
+from .errors import DatareelError
+from .plan.reel import ConcatNode, LeafNode, Node, ReelPlan, SplitNode
+from .plan.rng import name_key
+from .sources.base import Source, shorten
+
+MAX_DENOMINATOR = 1 << 24
+"""Each split's share is the nearest fraction with a denominator up to 2^24 (relative error
+below 1e-13 for shares above 0.001): exact integer routing at any position."""
+
+
+class Blend:
+    """A dataset made of other datasets (sources or blends)."""
+
+    children: tuple[Union[Source, Blend], ...]
+    name: str
+
+    def leaves(self) -> list[Source]:
+        out: list[Source] = []
+        for child in self.children:
+            out.extend(child.leaves() if isinstance(child, Blend) else [child])
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def params(self) -> tuple[Any, ...]:
+        """Each child's weight, repetitions or ``None``."""
+        return (None,) * len(self.children)
+
+    def summary(self) -> list[list[Any]]:
+        """Per child ``[name, weight or repetitions, digest]``: what mismatch messages compare."""
+        return [[child.name[:24], param, _digest(child)[:6]] for child, param in zip(self.children, self.params())]
+
+    def fingerprint(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": shorten(self.name), "size": self.size_hint(), "digest": _digest(self)}
+        summary = self.summary()
+        if len(json.dumps(summary)) <= 480:  # keeps the state under 1 KB; the digest covers the rest
+            out["sources"] = summary
+        return out
+
+    def size_hint(self) -> int | None:
+        return None
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(c) for c in self.children)
+        return f"{type(self).__name__}([{inner}])"
+
+
+def _digest(ds: Union[Source, Blend]) -> str:
+    blob = json.dumps(ds.describe(), sort_keys=True, default=str).encode("utf-8")
+    return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+
+def _check_children(items: Any, what: str, number: str) -> list[tuple[Any, Any]]:
+    items = list(items)
+    if not items:
+        raise DatareelError(f"{what} needs at least one (dataset, {number}) pair")
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (Source, Blend))):
+            raise DatareelError(
+                f"{what} takes a list of (dataset, {number}) pairs, got {item!r}; wrap sequences with "
+                f"datareel.from_sequence(...)"
+            )
+    return items
+
+
+def _number(value: Any, label: str, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DatareelError(f"{label}={value!r} must be a finite number")
+    if value < 0 or (positive and value == 0):
+        raise DatareelError(f"{label}={value!r} must be {'positive' if positive else 'non-negative'}")
+    return float(value)
+
+
+@dataclass(frozen=True, eq=False)
+class Mix(Blend):
+    """An endless reel in which child ``k`` takes exactly the share ``w_k / Σw`` of positions."""
+
+    children: tuple[Union[Source, Blend], ...]
+    weights: tuple[float, ...]
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "mix", "name": self.name, "weights": list(self.weights),
+                "children": [c.describe() for c in self.children]}
+
+    def params(self) -> tuple[Any, ...]:
+        return self.weights
+
+
+
+@dataclass(frozen=True, eq=False)
+class EpochizedMix(Blend):
+    """A finite meta-epoch holding exactly ``round(r_k · len_k)`` samples of child ``k``."""
+
+    children: tuple[Union[Source, Blend], ...]
+    repetitions: tuple[float, ...]
+    counts: tuple[int, ...]
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "mix_epochized", "name": self.name, "repetitions": list(self.repetitions),
+                "children": [c.describe() for c in self.children]}
+
+    def params(self) -> tuple[Any, ...]:
+        return self.repetitions
+
+
+    def size_hint(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(frozen=True, eq=False)
+class Concat(Blend):
+    """Children one after another; one pass reads each child once (no weights)."""
+
+    children: tuple[Union[Source, Blend], ...]
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "concat", "name": self.name, "children": [c.describe() for c in self.children]}
+
+
+    def size_hint(self) -> int:
+        return sum(_length(c) for c in self.children)
+
+
+def _length(ds: Union[Source, Blend]) -> int:
+    if isinstance(ds, Source):
+        return len(ds)
+    size = ds.size_hint()
+    if size is None:
+        raise DatareelError(f"{ds.name} is an endless weighted mix; it has no length to repeat or concatenate")
+    return size
+
+
+def mix(items: Any, *, name: str | None = None) -> Mix:
+    """Blend datasets by weight: child ``k`` takes exactly ``w_k / Σw`` of the reel's positions.
+
+    The children are interleaved with low discrepancy (after any prefix of ``P``
+    positions a flat mix of up to 8 children has ``w_k P`` ± 1.5 samples of each),
+    each child keeps its own epochs and shuffle, and any position is resolved
+    directly, whatever came before.  Weights need not sum to 1; mixes nest.
+    """
+    items = _check_children(items, "mix", "weight")
+    weights = tuple(_number(w, f"weight of {ds.name!r}") for ds, w in items)
+    children = tuple(ds for ds, _ in items)
+    return Mix(children, weights, name or f"mix({','.join(c.name for c in children)})")
+
+
+def mix_epochized(items: Any, *, name: str | None = None) -> EpochizedMix:
+    """Blend datasets by repetitions: a meta-epoch holds exactly ``round(r_k · len_k)`` samples of
+    child ``k`` (half-up rounding), interleaved with low discrepancy.
+
+    Fractional repetitions take the next samples of the child's own reel: with
+    ``r = 0.5`` two meta-epochs cover the child once.  With ``repeat=False`` the
+    loader reads one meta-epoch; otherwise meta-epochs follow one another.
+    """
+    items = _check_children(items, "mix_epochized", "repetitions")
+    reps = tuple(_number(r, f"repetitions of {ds.name!r}") for ds, r in items)
+    counts = tuple(math.floor(r * _length(ds) + 0.5) for (ds, _), r in zip(items, reps))
+    if sum(counts) == 0:
+        raise DatareelError(f"mix_epochized: every child rounds to 0 samples per meta-epoch ({counts}); raise repetitions")
+    children = tuple(ds for ds, _ in items)
+    return EpochizedMix(children, reps, counts, name or f"mix_epochized({','.join(c.name for c in children)})")
+
+
+def concat(datasets: Any, *, name: str | None = None) -> Concat:
+    """Datasets one after another (what Energon does for val/test splits of a metadataset)."""
+    children = tuple(datasets)
+    if not children or not all(isinstance(c, (Source, Blend)) for c in children):
+        raise DatareelError(f"concat takes a non-empty list of datasets, got {datasets!r}")
+    return Concat(children, name or f"concat({','.join(c.name for c in children)})")
+
+
+# -- plan building ------------------------------------------------------------------------------
+
+def build_plan(dataset: Union[Source, Blend], *, seed: int, shuffle: bool) -> tuple[ReelPlan, list[Source]]:
+    """The reel plan of a dataset tree and its leaves (leaf id = index in the list)."""
+    if isinstance(dataset, Source):
+        plan = ReelPlan.single(size=len(dataset), name=dataset.name, seed=seed, shuffle=_shuffles(dataset, shuffle))
+        return plan, [dataset]
+    leaves: list[Source] = []
+    root = _node(dataset, seed, shuffle, leaves, "0")
+    return ReelPlan(root=root, epoch_length=_epoch_length(dataset)), leaves
+
+
+def _shuffles(source: Source, default: bool) -> bool:
+    own = getattr(source, "shuffle", None)
+    return default if own is None else bool(own)
+
+
+def _node(ds: Union[Source, Blend], seed: int, shuffle: bool, leaves: list[Source], path: str) -> Node:
+    if isinstance(ds, Source):
+        leaves.append(ds)
+        return LeafNode(leaf=len(leaves) - 1, size=len(ds), key=name_key(f"{path}:{ds.name}"), seed=seed,
+                        shuffle=_shuffles(ds, shuffle))
+    nodes = [_node(c, seed, shuffle, leaves, f"{path}.{i}") for i, c in enumerate(ds.children)]
+    if isinstance(ds, Concat):
+        return ConcatNode(children=tuple(nodes), sizes=tuple(_length(c) for c in ds.children))
+    if isinstance(ds, Mix):
+        return _tree(nodes, [Fraction(w) for w in ds.weights], exact=False, where=ds.name)
+    if isinstance(ds, EpochizedMix):
+        kept = [(n, c) for n, c in zip(nodes, ds.counts) if c > 0]
+        return _tree([n for n, _ in kept], [Fraction(c) for _, c in kept], exact=True, where=ds.name)
+    raise DatareelError(f"unknown blend type {type(ds).__name__}")
+
+
+def _tree(nodes: list[Node], weights: list[Fraction], *, exact: bool, where: str) -> Node:
+    """A balanced binary tree of splits over ``nodes`` (depth ceil(log2 k): the discrepancy bound
+    grows with depth, so the tree is balanced by count)."""
+    if len(nodes) == 1:
+        return nodes[0]
+    half = (len(nodes) + 1) // 2
+    left_w, right_w = sum(weights[:half]), sum(weights[half:])
+    share = left_w / (left_w + right_w)
+    if not exact:
+        share = share.limit_denominator(MAX_DENOMINATOR)
+        if share in (0, 1):
+            raise DatareelError(
+                f"{where}: a weight is below 2^-24 of its neighbours' ({float(left_w)} vs {float(right_w)}); "
+                f"such a child would never be read: raise it or drop it"
+            )
+    left = _tree(nodes[:half], weights[:half], exact=exact, where=where)
+    right = _tree(nodes[half:], weights[half:], exact=exact, where=where)
+    return SplitNode(left=left, right=right, a=share.numerator, b=share.denominator)
+
+
+def _epoch_length(ds: Union[Source, Blend]) -> int | None:
+    if isinstance(ds, Source):
+        return len(ds)
+    if isinstance(ds, Mix):
+        return None
+    return ds.size_hint()

@@ -1,0 +1,214 @@
+"""Energon metadataset YAML (v2, and the legacy v1 list form) -> a datareel blend.
+
+Supported: ``blend`` with ``weight``; ``blend_epochized`` with ``repetitions``;
+nested metadatasets; ``path`` relative to the YAML (a prepared directory, a
+``.jsonl`` or another metadataset); ``split_part``; ``subflavors`` (outer ones
+override inner ones); ``subset: {range: [a, b]}`` with percentages, integers
+and ``end`` (absolute ranges only at datasets, applied first; percentages
+compose); ``shuffle_over_epochs_multiplier`` 1 and ``null``; ``dataset_config``
+and ``split_config``.  Val/test splits concatenate their datasets (weights and
+repetitions are ignored there, as in Energon).  Anything else — ``join``,
+``aux``, other multipliers, unknown keys — is refused with an error naming the
+key: never silently ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from .blend import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
+from .errors import DatareelError
+from .sources.base import Source
+from .sources.jsonl import JsonlSource
+from .sources.view import SourceView
+from .sources.webdataset import WebDatasetSource
+
+_REF_KEYS = {"path", "split_part", "subflavors", "shuffle_over_epochs_multiplier", "subset", "dataset_config",
+             "split_config", "weight", "repetitions"}
+_UNSUPPORTED = {
+    "join": "joining datasets sample by sample",
+    "joiner": "joining datasets sample by sample",
+    "aux": "auxiliary data sources",
+    "nonmatch": "join non-match policies",
+    "sample_loader": "Python sample loaders from the dataset",
+}
+
+
+class _Context:
+    """What flows down the tree: split, subflavors, shuffle multiplier, relative subsets."""
+
+    def __init__(self, split: str, subflavors: dict, multiplier: Any, ranges: tuple):
+        self.split, self.subflavors, self.multiplier, self.ranges = split, subflavors, multiplier, ranges
+
+
+def load_metadataset(path: str | Path, *, split: str = "train", image_decode: str | None = "torchrgb",
+                     decode: bool = True) -> Union[Source, Blend]:
+    """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc)."""
+    builder = _Builder(image_decode=image_decode, decode=decode)
+    dataset = builder.metadataset(Path(path), _Context(split, {}, 1, ()), stack=())
+    return dataset
+
+
+class _Builder:
+    def __init__(self, *, image_decode: str | None, decode: bool):
+        self.image_decode, self.decode = image_decode, decode
+        self.names: dict[str, int] = {}
+
+    def metadataset(self, path: Path, ctx: _Context, stack: tuple[Path, ...]) -> Union[Source, Blend]:
+        path = path.resolve()
+        if path in stack:
+            raise DatareelError(f"{path}: metadatasets include each other in a cycle: {[str(p) for p in stack]}")
+        try:
+            config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise DatareelError(f"cannot read metadataset {path}: {exc}") from exc
+        if not isinstance(config, dict):
+            raise DatareelError(f"{path}: a metadataset is a mapping with '__class__' and 'splits'")
+        cls = config.get("__class__")
+        splits = config.get("splits")
+        if cls not in ("MetadatasetV2", "Metadataset") or not isinstance(splits, dict):
+            raise DatareelError(
+                f"{path}: expected __class__: MetadatasetV2 (or the legacy Metadataset) with a 'splits' mapping, "
+                f"got __class__={cls!r}"
+            )
+        if ctx.split not in splits:
+            raise DatareelError(f"{path}: split {ctx.split!r} is not defined; it defines {sorted(splits)}")
+        node = splits[ctx.split]
+        if cls == "Metadataset":  # legacy v1: {datasets: [{weight, path, ...}]}
+            if not isinstance(node, dict) or not isinstance(node.get("datasets"), list):
+                raise DatareelError(f"{path}: legacy split {ctx.split!r} needs a 'datasets' list")
+            node = {"blend": node["datasets"]}
+        return self.node(node, path, ctx, stack + (path,), f"splits.{ctx.split}")
+
+    def node(self, node: Any, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Union[Source, Blend]:
+        if not isinstance(node, dict):
+            raise DatareelError(f"{yaml_path}: {where} must be a mapping, got {node!r}")
+        for key in node:
+            if key in _UNSUPPORTED:
+                raise DatareelError(f"{yaml_path}: {where}.{key}: {_UNSUPPORTED[key]} ({key!r}) is not supported by datareel")
+        kinds = [k for k in ("blend", "blend_epochized", "path") if k in node]
+        if len(kinds) != 1:
+            raise DatareelError(f"{yaml_path}: {where} needs exactly one of 'path', 'blend', 'blend_epochized', got {sorted(node)}")
+        ctx = self.narrow(node, yaml_path, ctx, where)
+        if "path" in node:
+            unknown = sorted(set(node) - _REF_KEYS)
+            if unknown:
+                raise DatareelError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
+            return self.ref(node, yaml_path, ctx, stack, where)
+        kind = kinds[0]
+        unknown = sorted(set(node) - {kind, "subflavors", "shuffle_over_epochs_multiplier", "subset", "weight", "repetitions"})
+        if unknown:
+            raise DatareelError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
+        items = node[kind]
+        if not isinstance(items, list) or not items:
+            raise DatareelError(f"{yaml_path}: {where}.{kind} must be a non-empty list")
+        children = [self.node(item, yaml_path, ctx, stack, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+        if ctx.split != "train":
+            return concat(children)
+        if kind == "blend":
+            weights = [self.number(item, "weight", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+            return mix(list(zip(children, weights)))
+        reps = [self.number(item, "repetitions", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+        return mix_epochized(list(zip(children, reps)))
+
+    @staticmethod
+    def number(item: dict, key: str, yaml_path: Path, where: str) -> float:
+        other = "repetitions" if key == "weight" else "weight"
+        if other in item:
+            raise DatareelError(f"{yaml_path}: {where} has {other!r}, which belongs in a "
+                                f"{'blend_epochized' if other == 'repetitions' else 'blend'} list")
+        value = item.get(key, 1.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+            raise DatareelError(f"{yaml_path}: {where}.{key}={value!r} must be a positive number")
+        return float(value)
+
+    def narrow(self, node: dict, yaml_path: Path, ctx: _Context, where: str) -> _Context:
+        """Apply a node's subflavors, shuffle multiplier and (relative) subset to the context."""
+        subflavors = node.get("subflavors") or {}
+        if not isinstance(subflavors, dict):
+            raise DatareelError(f"{yaml_path}: {where}.subflavors must be a mapping")
+        multiplier = ctx.multiplier
+        if "shuffle_over_epochs_multiplier" in node:
+            value = node["shuffle_over_epochs_multiplier"]
+            if value not in (1, None):
+                raise DatareelError(
+                    f"{yaml_path}: {where}.shuffle_over_epochs_multiplier={value!r} is not supported "
+                    f"(datareel supports 1: shuffle each epoch, and null: no shuffle)"
+                )
+            multiplier = None if value is None or multiplier is None else 1
+        ranges = ctx.ranges
+        if "subset" in node:
+            ranges = (self.subset(node["subset"], yaml_path, where, leaf="path" in node),) + ranges
+        # outer subflavors override inner ones: keep the outer values when merging later
+        return _Context(ctx.split, {**subflavors, **ctx.subflavors}, multiplier, ranges)
+
+    @staticmethod
+    def subset(spec: Any, yaml_path: Path, where: str, leaf: bool) -> tuple[Any, Any]:
+        if not (isinstance(spec, dict) and set(spec) == {"range"} and isinstance(spec["range"], list)
+                and len(spec["range"]) == 2):
+            raise DatareelError(f"{yaml_path}: {where}.subset must be {{range: [start, end]}}, got {spec!r}")
+        out = []
+        for value in spec["range"]:
+            if value == "end":
+                out.append("end")
+            elif isinstance(value, str) and value.endswith("%"):
+                try:
+                    out.append(("%", float(value[:-1]) / 100))
+                except ValueError:
+                    raise DatareelError(f"{yaml_path}: {where}.subset range value {value!r} is not a percentage") from None
+            elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                if not leaf:
+                    raise DatareelError(f"{yaml_path}: {where}.subset: absolute ranges ({value}) are allowed only on datasets, use percentages here")
+                out.append(value)
+            else:
+                raise DatareelError(f"{yaml_path}: {where}.subset range value {value!r} must be 'N%', an integer or 'end'")
+        return tuple(out)
+
+    def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Union[Source, Blend]:
+        target = (yaml_path.parent / str(node["path"]))
+        split = node.get("split_part", ctx.split)
+        if target.suffix in (".yaml", ".yml"):
+            inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges)
+            return self.metadataset(target, inner, stack)
+        if target.suffix == ".jsonl":
+            source: Source = JsonlSource(target)
+        else:
+            source = WebDatasetSource(target, split=split, image_decode=self.image_decode, decode=self.decode,
+                                      subflavors=dict(ctx.subflavors),
+                                      split_config=node.get("split_config", "split.yaml"),
+                                      dataset_config=node.get("dataset_config", "dataset.yaml"))
+        start, stop = 0, len(source)
+        for rng in ctx.ranges:  # innermost (the dataset's own) first
+            start, stop = _apply_range(rng, start, stop, yaml_path, where)
+        name = self.unique(f"{node['path']}/{split}" if target.suffix != ".jsonl" else str(node["path"]))
+        if (start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name:
+            return source
+        return SourceView(source, start=start, stop=stop, shuffle=None if ctx.multiplier == 1 else False, name=name)
+
+    def unique(self, name: str) -> str:
+        count = self.names.get(name, 0) + 1
+        self.names[name] = count
+        return name if count == 1 else f"{name}#{count}"
+
+
+def _apply_range(rng: tuple[Any, Any], start: int, stop: int, yaml_path: Path, where: str) -> tuple[int, int]:
+    length = stop - start
+
+    def point(value: Any) -> int:
+        if value == "end":
+            return stop
+        if isinstance(value, tuple):  # a percentage of the current range
+            return start + int(length * value[1])
+        return start + value  # absolute (datasets only, applied first)
+
+    a, b = point(rng[0]), point(rng[1])
+    if not start <= a < b <= stop:
+        raise DatareelError(f"{yaml_path}: {where}.subset selects [{a}, {b}) outside [{start}, {stop}) or nothing")
+    return a, b
+
+
+__all__ = ["Blend", "Concat", "EpochizedMix", "Mix", "load_metadataset"]
