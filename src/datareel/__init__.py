@@ -8,7 +8,10 @@ The public API::
     datareel.mix_epochized([(ds, reps)])    # blend with a finite meta-epoch
     datareel.concat([ds, ...])              # one after another
     datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
+    datareel.filter(ds, predicate)          # static filter on metadata (key, length)
+    datareel.Packing(max_length, ...)       # length-planned packing: Loader(packing=...)
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
+    datareel.sample_torch_generator()       # the same, as a torch.Generator
     datareel.TaskEncoder                    # the task-encoder protocol
     datareel.DatareelError, datareel.StateMismatchError, datareel.TopologyError
 """
@@ -16,8 +19,10 @@ The public API::
 from .blend import Blend, concat, mix, mix_epochized
 from .encoder import DefaultTaskEncoder, TaskEncoder
 from .errors import DatareelError, SampleContextError, StateMismatchError, TopologyError
+from .filters import SampleMeta, filter
 from .loader import Loader
-from .sample import sample_rng
+from .packing import Packing
+from .sample import sample_rng, sample_torch_generator
 from .sources import Source, from_sequence, open_dataset
 
 __version__ = "0.1.0"
@@ -27,15 +32,19 @@ __all__ = [
     "DatareelError",
     "DefaultTaskEncoder",
     "Loader",
+    "Packing",
+    "SampleMeta",
     "SampleContextError",
     "Source",
     "StateMismatchError",
     "TaskEncoder",
     "TopologyError",
     "concat",
+    "filter",
     "from_sequence",
     "mix",
     "mix_epochized",
     "open_dataset",
     "sample_rng",
+    "sample_torch_generator",
 ]

@@ -1,11 +1,16 @@
 """The task-encoder protocol (Energon's method names) and the default behaviour.
 
-A task encoder may implement any subset of ``encode_sample``, ``batch`` and
-``encode_batch``; what it leaves out falls back to :class:`DefaultTaskEncoder`.
+A task encoder may implement any subset of ``encode_sample``, ``batch``,
+``encode_batch`` and (for packing) ``pack_selected_samples``; what it leaves
+out falls back to :class:`DefaultTaskEncoder`.  Task encoders written for
+Energon (subclasses of ``megatron.energon.TaskEncoder``) run unmodified when
+they use only those methods; what cannot work without Energon's stateful
+pipeline is refused here, at construction, with the reason.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -15,6 +20,8 @@ from torch.utils.data import default_collate
 
 from .errors import DatareelError
 
+HOOKS = ("encode_sample", "batch", "encode_batch", "pack_selected_samples")
+
 
 @runtime_checkable
 class TaskEncoder(Protocol):
@@ -22,6 +29,8 @@ class TaskEncoder(Protocol):
 
     - ``encode_sample(sample) -> sample``: per sample, in a worker; may call
       :func:`datareel.sample_rng` for augmentation randomness.
+    - ``pack_selected_samples(samples: list) -> sample``: with packing, turns one
+      planned pack of encoded samples into one sample.
     - ``batch(samples: list) -> batch``: collate one micro-batch.
     - ``encode_batch(batch) -> batch``: final per-batch transform.
     """
@@ -76,17 +85,72 @@ def _collate(key: str | None, values: list[Any]) -> Any:
         ) from exc
 
 
-class ResolvedEncoder:
-    """A task encoder with every method present (user's where given, else default's)."""
+def _energon_defined(encoder: Any, name: str) -> bool:
+    """Whether ``name`` comes from Megatron-Energon's own classes (i.e. the user did not override it)."""
+    for cls in type(encoder).__mro__:
+        if name in vars(cls):
+            return cls.__module__.startswith("megatron.energon")
+    return False
 
-    def __init__(self, encoder: Any | None):
+
+def _is_energon(encoder: Any) -> bool:
+    return any(cls.__module__.startswith("megatron.energon") for cls in type(encoder).__mro__)
+
+
+class ResolvedEncoder:
+    """A task encoder with every hook present (the user's where given, else the default).
+
+    ``reseeds``: hooks wrapped by Energon's ``@stateless(restore_seeds=True)``; they run
+    unwrapped, with the global RNGs reseeded per sample by datareel instead.
+    """
+
+    def __init__(self, encoder: Any | None, *, packing: bool = False):
         default = DefaultTaskEncoder()
         self.encoder = encoder
-        for name in ("encode_sample", "batch", "encode_batch"):
+        self.reseeds: set[str] = set()
+        if encoder is not None and _is_energon(encoder):
+            self._check_energon(encoder)
+        for name in HOOKS:
             method = getattr(encoder, name, None) if encoder is not None else None
             if method is not None and not callable(method):
                 raise DatareelError(f"task_encoder.{name} is {method!r}, which is not callable")
-            setattr(self, name, method if method is not None else getattr(default, name))
+            if method is not None and name == "pack_selected_samples" and _energon_defined(encoder, name):
+                method = None  # Energon's base raises NotImplementedError
+            if method is not None:
+                inner = getattr(method, "__wrapped__", None)
+                if inner is not None and getattr(method, "__qualname__", "").endswith(("seed_wrapper", "seed_wrapper_generator")):
+                    method = inner.__get__(encoder)  # Energon's restore_seeds wrapper: datareel reseeds instead
+                    self.reseeds.add(name)
+                if inspect.isgeneratorfunction(getattr(method, "__func__", method)):
+                    raise DatareelError(
+                        f"task_encoder.{name} is a generator; datareel plans one output per position, so "
+                        f"{name} must return one value (split or skip work in the plan: filters, packing)"
+                    )
+            fallback = getattr(default, name, None)
+            setattr(self, name, method if method is not None else fallback)
+        if packing and self.pack_selected_samples is None:
+            raise DatareelError(
+                "packing needs task_encoder.pack_selected_samples(samples) -> one packed sample; define it"
+            )
+
+    @staticmethod
+    def _check_energon(encoder: Any) -> None:
+        unsupported = []
+        if getattr(encoder, "cookers", ()):
+            unsupported.append("cookers (cook crude samples with encode_sample instead: datareel samples are dicts)")
+        for name, why in (
+            ("select_samples_to_pack", "datareel plans packs from lengths (datareel.Packing)"),
+            ("batch_group_criterion", "batches are fixed by the global-batch layout"),
+            ("preencode_sample", "use encode_sample"),
+            ("postencode_sample", "use encode_sample"),
+        ):
+            if hasattr(encoder, name) and not _energon_defined(encoder, name):
+                unsupported.append(f"{name} ({why})")
+        if unsupported:
+            raise DatareelError(
+                f"task encoder {type(encoder).__name__} overrides Energon features datareel does not run: "
+                + "; ".join(unsupported)
+            )
 
 
 def positions_tensor(positions: Any) -> torch.Tensor:

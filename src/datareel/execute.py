@@ -2,11 +2,23 @@
 
 Stateless: given the same descriptor, any worker in any process returns the
 same batch, because everything it needs is in the descriptor and in the
-(read-only) sources, encoder and seed.
+(read-only) sources, encoder and options.
+
+Per sample: read (and decode), attach ``__source__``, ``encode_sample`` inside
+the sample's context (its RNG, optionally reseeded global RNGs).  With packing,
+the encoded samples of each planned pack go to ``pack_selected_samples``.  Then
+``batch`` and ``encode_batch``.
+
+A sample that fails (read, decode or ``encode_sample``) is handled by the
+error policy: ``"raise"`` names its key, source and position; ``"substitute"``
+logs it and uses the first of up to 16 candidates from the same source that
+works, candidate ``t`` being index ``(i + 1 + u_t) mod n`` with ``u_t`` drawn
+from a generator keyed by ``(seed, position)`` — the same on every topology.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,50 +27,123 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from .encoder import ResolvedEncoder
+from .errors import DatareelError
+from .plan.rng import DOMAIN_SUBSTITUTE
 from .sample import sample_context
-from .sources.base import Source
+from .sources.base import Sample, Source
+
+log = logging.getLogger("datareel")
+ON_ERROR = ("raise", "substitute")
+SUBSTITUTE_ATTEMPTS = 16
 
 
 @dataclass(frozen=True)
 class Descriptor:
     """One rank's micro-batch: ``step`` and, per sample, reel position, source and index.
 
-    positions: int64[k], source_ids: int32[k], indices: int64[k], ``k <= m``.
+    positions: int64[k], source_ids: int32[k], indices: int64[k].  With packing,
+    ``pack_sizes`` (int64[p], summing to k) cuts the samples into packs,
+    ``packed_positions`` (int64[p]) numbers the packs in the packed reel and
+    ``truncate`` (bool[k]) marks samples longer than ``max_length``.
     """
 
     step: int
     positions: np.ndarray
     source_ids: np.ndarray
     indices: np.ndarray
+    pack_sizes: np.ndarray | None = None
+    packed_positions: np.ndarray | None = None
+    truncate: np.ndarray | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecOptions:
+    seed: int
+    reseed_global: bool = False
+    on_error: str = "raise"
+    max_length: int | None = None
 
 
 class BatchMaker(Dataset):
     """The map-style dataset DataLoader workers index with descriptors."""
 
-    def __init__(self, sources: Sequence[Source], encoder: ResolvedEncoder, seed: int):
+    def __init__(self, sources: Sequence[Source], encoder: ResolvedEncoder, options: ExecOptions):
         self.sources = list(sources)
         self.names = [source.name for source in self.sources]
         self.encoder = encoder
-        self.seed = seed
+        self.options = options
 
+    # -- one sample -------------------------------------------------------------------------------
+    def _attempt(self, position: int, source_id: int, index: int) -> Any:
+        raw = self.sources[source_id].read(index)
+        if isinstance(raw, dict) and "__source__" not in raw:  # a copy: never change the user's objects
+            raw = Sample(raw, __source__=self.names[source_id]) if isinstance(raw, Sample) else \
+                {**raw, "__source__": self.names[source_id]}
+        reseed = self.options.reseed_global or "encode_sample" in self.encoder.reseeds
+        with sample_context(self.options.seed, position, reseed_global=reseed):
+            return self.encoder.encode_sample(raw)
+
+    def sample(self, position: int, source_id: int, index: int) -> Any:
+        try:
+            return self._attempt(position, source_id, index)
+        except Exception as exc:
+            where = self._where(position, source_id, index)
+            if self.options.on_error == "raise":
+                raise DatareelError(f"{where} failed: {exc}") from exc
+            n = len(self.sources[source_id])
+            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([DOMAIN_SUBSTITUTE, self.options.seed, position])))
+            for _ in range(SUBSTITUTE_ATTEMPTS if n > 1 else 0):
+                candidate = (index + 1 + int(rng.integers(0, n - 1))) % n
+                try:
+                    sample = self._attempt(position, source_id, candidate)
+                except Exception:
+                    continue
+                log.warning("%s failed (%r); substituted sample index %d of the same source", where, exc, candidate)
+                return sample
+            raise DatareelError(f"{where} failed: {exc}; and no substitute among {SUBSTITUTE_ATTEMPTS} candidates "
+                                f"of the same source worked") from exc
+
+    def _where(self, position: int, source_id: int, index: int) -> str:
+        source = self.sources[source_id]
+        try:
+            key = source.key(index)
+        except Exception:
+            key = "?"
+        return f"sample {key!r} (index {index}) of source {source.name!r} at reel position {position}"
+
+    # -- one micro-batch --------------------------------------------------------------------------
     def __getitem__(self, desc: Descriptor) -> Any:
-        samples = []
-        for position, source_id, index in zip(
-            desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist()
-        ):
-            raw = self.sources[source_id].read(index)
-            if isinstance(raw, dict) and "__source__" not in raw:
-                raw = {**raw, "__source__": self.names[source_id]}
-            with sample_context(self.seed, position):
-                samples.append(self.encoder.encode_sample(raw))
-        batch = self.encoder.encode_batch(self.encoder.batch(samples))
-        if isinstance(batch, dict) and "__source__" not in batch:
-            batch["__source__"] = [self.names[i] for i in desc.source_ids.tolist()]
-        if isinstance(batch, dict) and "__positions__" not in batch:
-            # numpy crosses the worker queue as plain bytes; the loader makes it a tensor on arrival
-            # (a tensor would travel through a shared-memory segment per batch: ~40% of throughput)
-            batch["__positions__"] = desc.positions
+        samples = [self.sample(p, s, i) for p, s, i in
+                   zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist())]
+        if desc.pack_sizes is not None:
+            samples = self._pack(desc, samples)
+        reseed = bool({"batch", "encode_batch"} & self.encoder.reseeds)
+        first = int(desc.packed_positions[0] if desc.packed_positions is not None else desc.positions[0])
+        with sample_context(self.options.seed, first, pack=True, reseed_global=reseed):
+            batch = self.encoder.encode_batch(self.encoder.batch(samples))
+        if isinstance(batch, dict):
+            if desc.pack_sizes is None:
+                batch.setdefault("__source__", [self.names[i] for i in desc.source_ids.tolist()])
+                # numpy crosses the worker queue as plain bytes; the loader makes it a tensor on arrival
+                # (a tensor would travel through a shared-memory segment per batch: ~40% of throughput)
+                batch.setdefault("__positions__", desc.positions)
+            else:
+                cuts = np.cumsum(desc.pack_sizes)[:-1]
+                batch.setdefault("__packs__", [p.tolist() for p in np.split(desc.positions, cuts)])
+                batch.setdefault("__source__", [[self.names[i] for i in s.tolist()] for s in np.split(desc.source_ids, cuts)])
+                batch.setdefault("__positions__", desc.packed_positions)
         return batch
+
+    def _pack(self, desc: Descriptor, samples: list[Any]) -> list[Any]:
+        truncate = getattr(self.encoder.encoder, "truncate_sample", None)
+        if desc.truncate is not None and desc.truncate.any():
+            samples = [truncate(s, self.options.max_length) if t else s for s, t in zip(samples, desc.truncate.tolist())]
+        out, start = [], 0
+        for packed_position, size in zip(desc.packed_positions.tolist(), desc.pack_sizes.tolist()):
+            with sample_context(self.options.seed, packed_position, pack=True, reseed_global=self.options.reseed_global):
+                out.append(self.encoder.pack_selected_samples(samples[start : start + size]))
+            start += size
+        return out
 
     def __len__(self) -> int:  # DataLoader never needs it (it is fed by a sampler)
         raise TypeError("BatchMaker is indexed by descriptors and has no length")
@@ -67,6 +152,3 @@ class BatchMaker(Dataset):
 def passthrough(batch: Any) -> Any:
     """DataLoader collate_fn: batches are already made in the worker."""
     return batch
-
-
-__all__ = ["BatchMaker", "Descriptor", "passthrough"]

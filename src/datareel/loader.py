@@ -8,19 +8,19 @@ simply made again.
 
 from __future__ import annotations
 
-import itertools
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
 from . import dist
 from .encoder import ResolvedEncoder, positions_tensor
 from .errors import DatareelError, TopologyError
-from .execute import BatchMaker, Descriptor, passthrough
+from .execute import ON_ERROR, BatchMaker, ExecOptions, passthrough
+from .packing import Packing, PackedReel
+from .sampler import DescriptorSampler
 from .plan.layout import Layout
 from .blend import Blend, build_plan
 from .sources.base import Source
@@ -60,40 +60,6 @@ class WorkerOptions:
             if self.prefetch_factor is not None:
                 kwargs["prefetch_factor"] = self.prefetch_factor
         return kwargs
-
-
-class _DescriptorSampler(Sampler):
-    """Yields this rank's descriptors from the loader's cursor at the moment iteration starts."""
-
-    def __init__(self, loader: Loader):
-        # a weak reference: Loader -> DataLoader -> sampler must not cycle back, or a dropped loader's
-        # worker processes would live until the garbage collector runs (possibly in a forked child)
-        self._loader = weakref.ref(loader)
-
-    CHUNK = 64
-    """Micro-steps resolved per plan call: amortises numpy's per-call cost over many descriptors."""
-
-    def __iter__(self) -> Iterator[Descriptor]:
-        loader = self._loader()
-        if loader is None:
-            return
-        layout, rank, length = loader.layout, loader.rank, loader.length
-        first = loader.cursor // layout.step_size
-        last = None if length is None else -(-length // layout.step_size)  # steps of a finite reel
-        for chunk in itertools.count(first, self.CHUNK):
-            steps = range(chunk, chunk + self.CHUNK if last is None else min(chunk + self.CHUNK, last))
-            if not steps:
-                return
-            spans = [layout.rank_span(step, rank, length) for step in steps]
-            positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])  # (sum of spans,)
-            source_ids, indices = loader.plan.resolve(positions)
-            offset = 0
-            for step, (a, b) in zip(steps, spans):
-                if a == b:  # an empty share of the final, partial micro-step
-                    continue
-                cut = slice(offset, offset + b - a)
-                offset += b - a
-                yield Descriptor(step, positions[cut], source_ids[cut], indices[cut])
 
 
 class Loader:
@@ -144,6 +110,9 @@ class Loader:
         multiprocessing_context: Any = None,
         timeout: float = 0.0,
         data_parallel_group: Any = None,
+        packing: Packing | None = None,
+        reseed_global_rng: bool = False,
+        on_error: str = "raise",
     ):
         if not isinstance(dataset, (Source, Blend)):
             dataset = from_sequence(dataset)
@@ -172,8 +141,21 @@ class Loader:
                 f"repeat=False reads one pass, but {dataset.name} is an endless weighted mix; use "
                 f"datareel.mix_epochized (a finite meta-epoch) or repeat=True"
             )
-        self.length: int | None = None if self.repeat else self.plan.epoch_length
-        self._encoder = ResolvedEncoder(task_encoder)
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r} must be one of {list(ON_ERROR)}")
+        if packing is not None and not isinstance(packing, Packing):
+            raise ValueError(f"packing={packing!r} must be a datareel.Packing(max_length=..., ...)")
+        self.packing = packing
+        input_length = None if self.repeat else self.plan.epoch_length
+        self.packed = PackedReel(self.plan, self.sources, packing, input_length) if packing else None
+        self.packed_length: int | None = None  # known once a finite packed reel has been planned to its end
+        self.pack_at: tuple[int, int] = (0, 0)  # (window, offset) of the cursor in the packed reel
+        self.marks: dict[int, tuple[int, tuple[int, int]]] = {}  # step -> (cursor, pack_at) after it
+        self._encoder = ResolvedEncoder(task_encoder, packing=packing is not None)
+        if packing is not None and packing.over_length == "truncate" and not hasattr(task_encoder, "truncate_sample"):
+            raise ValueError("Packing(over_length='truncate') needs task_encoder.truncate_sample(sample, max_length)")
+        self._exec = ExecOptions(seed=self.seed, reseed_global=bool(reseed_global_rng), on_error=on_error,
+                                 max_length=packing.max_length if packing else None)
         self._cursor = 0
         self._generation = 0
         self._dataloader: DataLoader | None = None
@@ -197,6 +179,22 @@ class Loader:
         return self.layout.accumulation_steps
 
     @property
+    def length(self) -> int | None:
+        """Positions (packs, with packing) in one pass of a ``repeat=False`` loader; ``None`` if endless."""
+        if self.repeat:
+            return None
+        if self.packed is None:
+            return self.plan.epoch_length
+        if self.packed_length is None:
+            self.packed_length = self.packed.length()
+        return self.packed_length
+
+    @property
+    def dropped(self) -> int:
+        """Samples the packing's over-length policy dropped so far (in windows planned by this process)."""
+        return self.packed.dropped if self.packed is not None else 0
+
+    @property
     def cursor(self) -> int:
         """Reel positions consumed by all ranks together (a prefix ``[0, cursor)``)."""
         return self._cursor
@@ -204,6 +202,7 @@ class Loader:
     # -- iteration ----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         self._generation += 1
+        self.marks.clear()
         return _LoaderIterator(self, self._generation)
 
     def __len__(self) -> int:
@@ -218,9 +217,9 @@ class Loader:
     def _get_dataloader(self) -> DataLoader:
         if self._dataloader is None:
             self._dataloader = DataLoader(
-                BatchMaker(self.sources, self._encoder, self.seed),
+                BatchMaker(self.sources, self._encoder, self._exec),
                 batch_size=None,
-                sampler=_DescriptorSampler(self),
+                sampler=DescriptorSampler(self),
                 collate_fn=passthrough,
                 **self.workers.dataloader_kwargs(),
             )
@@ -233,16 +232,22 @@ class Loader:
 
     # -- state -------------------------------------------------------------------------------
     def _spec(self) -> dict[str, Any]:
-        return {
+        spec = {
             "seed": self.seed,
             "shuffle": self.shuffle,
             "global_batch_size": self.global_batch_size,
             "dataset": self.dataset.fingerprint(),
         }
+        if self.packing is not None:
+            spec["packing"] = self.packing.fingerprint()
+        return spec
 
     def state_dict(self) -> dict[str, Any]:
         """The state to checkpoint: JSON-serialisable, identical on every rank, < 1 KB."""
-        return make_state(self._cursor, self._spec())
+        state = make_state(self._cursor, self._spec())
+        if self.packed is not None:
+            state["pack"] = list(self.pack_at)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved state, on this loader's topology.
@@ -254,6 +259,11 @@ class Loader:
         """
         cursor = read_state(state, self._spec())
         self.layout.check_cursor(cursor)
+        pack_at = (0, 0)
+        if self.packed is not None:
+            pack_at = state.get("pack")
+            if not (isinstance(pack_at, list) and len(pack_at) == 2 and all(isinstance(v, int) and v >= 0 for v in pack_at)):
+                raise DatareelError(f"state pack={pack_at!r} must be [window, offset]; the state is damaged")
         if self.length is not None and cursor > self.length:
             raise TopologyError(
                 f"state cursor={cursor} lies beyond the end of this repeat=False reel "
@@ -261,6 +271,7 @@ class Loader:
             )
         self._generation += 1
         self._cursor = cursor
+        self.pack_at = tuple(pack_at)
 
     def save_state_global(self, dst_rank: int = 0) -> dict[str, Any] | None:
         """Gather every rank's state, check they agree, return it on ``dst_rank`` (else ``None``).
@@ -361,11 +372,17 @@ class _LoaderIterator:
         try:
             batch = next(self.inner)
         except StopIteration:
-            if loader.length is not None:
+            if loader.length is not None and loader._generation == self.generation:
                 loader._cursor = loader.length  # every rank ends at the same cursor
+                if loader.packed is not None:
+                    loader.pack_at = (loader.packed.windows(), 0)
             raise
         if isinstance(batch, dict) and isinstance(batch.get("__positions__"), np.ndarray):
             batch["__positions__"] = positions_tensor(batch["__positions__"])
+        if loader.packed is not None:
+            loader._cursor, loader.pack_at = loader.marks.pop(self.step)
+            self.step += 1
+            return batch
         self.step += 1
         consumed = self.step * loader.layout.step_size
         loader._cursor = consumed if loader.length is None else min(consumed, loader.length)

@@ -1,58 +1,75 @@
-"""Per-sample context: the RNG that preprocessing code may use for one reel position.
+"""Per-sample context: the randomness preprocessing code may use for one reel position.
 
 The executor enters :func:`sample_context` around ``encode_sample`` for each
-sample; inside it, :func:`sample_rng` returns a generator keyed by
-``(seed, position)`` only (invariant I4), so augmentation is the same on every
-topology and after every restore.
+sample (and around ``pack_selected_samples`` for each pack); inside it,
+:func:`sample_rng` and :func:`sample_torch_generator` are keyed by
+``(seed, position)`` only (invariant I4), and with ``reseed_global_rng`` the
+global ``random``, ``numpy.random`` and ``torch`` generators are reseeded the
+same way, so augmentation is the same on every topology and after every restore.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 from collections.abc import Iterator
 
 import numpy as np
+import torch
 
 from .errors import SampleContextError
-from .plan.rng import sample_seed_sequence
+from .plan.rng import DOMAIN_PACK, DOMAIN_SAMPLE, sample_seed_sequence
 
 _local = threading.local()
+_DOMAIN_GLOBAL, _DOMAIN_TORCH = 0x676C6F62, 0x746F7263  # "glob", "torc"
 
 
 class _Context:
-    __slots__ = ("seed", "position", "rng")
+    __slots__ = ("seed", "position", "domain", "rng")
 
-    def __init__(self, seed: int, position: int):
-        self.seed = seed
-        self.position = position
+    def __init__(self, seed: int, position: int, domain: int):
+        self.seed, self.position, self.domain = seed, position, domain
         self.rng: np.random.Generator | None = None
 
 
 @contextlib.contextmanager
-def sample_context(seed: int, position: int) -> Iterator[None]:
-    """Make ``(seed, position)`` the current sample for :func:`sample_rng`."""
+def sample_context(seed: int, position: int, *, pack: bool = False, reseed_global: bool = False) -> Iterator[None]:
+    """Make ``(seed, position)`` the current sample (or, with ``pack=True``, the current pack)."""
     previous = getattr(_local, "context", None)
-    _local.context = _Context(seed, position)
+    context = _Context(seed, position, DOMAIN_PACK if pack else DOMAIN_SAMPLE)
+    _local.context = context
+    if reseed_global:
+        reseed_global_rngs(context)
     try:
         yield
     finally:
         _local.context = previous
 
 
+def reseed_global_rngs(context: _Context) -> None:
+    """Seed ``random``, ``numpy.random`` and ``torch`` from the context's key."""
+    words = np.random.SeedSequence([_DOMAIN_GLOBAL, context.domain, context.seed, context.position]).generate_state(
+        3, dtype=np.uint64
+    )
+    random.seed(int(words[0]))
+    np.random.seed(int(words[1] & 0xFFFFFFFF))
+    torch.manual_seed(int(words[2] & 0x7FFFFFFFFFFFFFFF))
+
+
 def _current() -> _Context:
     context = getattr(_local, "context", None)
     if context is None:
         raise SampleContextError(
-            "datareel.sample_rng() was called outside encode_sample; it is keyed by the "
-            "position of the sample being encoded, so call it from your task encoder's "
-            "encode_sample (or pass a Generator into code that runs elsewhere)"
+            "datareel.sample_rng() was called outside encode_sample / pack_selected_samples; it is keyed by "
+            "the position being encoded, so call it from your task encoder (or pass a Generator into code "
+            "that runs elsewhere)"
         )
     return context
 
 
 def sample_rng() -> np.random.Generator:
-    """The random generator of the sample now being encoded.
+    """The numpy generator of the sample now being encoded.
 
     Keyed by ``(seed, reel position)``: the same sample position gets the same
     numbers on any world size, worker count or after any restore.  Within one
@@ -68,5 +85,18 @@ def sample_rng() -> np.random.Generator:
     """
     context = _current()
     if context.rng is None:
-        context.rng = np.random.Generator(np.random.PCG64(sample_seed_sequence(context.seed, context.position)))
+        if context.domain == DOMAIN_SAMPLE:
+            sequence = sample_seed_sequence(context.seed, context.position)
+        else:
+            sequence = np.random.SeedSequence([context.domain, context.seed, context.position])
+        context.rng = np.random.Generator(np.random.PCG64(sequence))
     return context.rng
+
+
+def sample_torch_generator() -> torch.Generator:
+    """A ``torch.Generator`` keyed like :func:`sample_rng` (a fresh one per call, same seed)."""
+    context = _current()
+    word = np.random.SeedSequence([_DOMAIN_TORCH, context.domain, context.seed, context.position]).generate_state(
+        1, dtype=np.uint64
+    )[0]
+    return torch.Generator().manual_seed(int(word & 0x7FFFFFFFFFFFFFFF))

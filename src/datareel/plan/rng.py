@@ -17,6 +17,8 @@ from .permute import ROUNDS
 
 DOMAIN_PERMUTE = 0x7065726D  # "perm"
 DOMAIN_SAMPLE = 0x73616D70  # "samp"
+DOMAIN_PACK = 0x7061636B  # "pack"
+DOMAIN_SUBSTITUTE = 0x73756273  # "subs"
 
 
 def name_key(name: str) -> int:

@@ -5,7 +5,38 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from ..errors import DatareelError
+
+
+class Sample(dict):
+    """A sample read from disk: a dict whose keys are also attributes.
+
+    ``sample["caption"]`` and ``sample.caption`` are the same, so task encoders
+    written for Energon's sample dataclasses (``sample.image``,
+    ``sample.__key__``) run on datareel samples unchanged.
+    """
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"sample has no field {name!r} (fields: {sorted(self)})") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 class Source(abc.ABC):
@@ -24,6 +55,37 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def read(self, index: int) -> Any:
         """The raw sample at ``index`` (``0 <= index < len(self)``)."""
+
+    def key(self, index: int) -> str:
+        """The sample's key without decoding it (used by filters); default: its raw ``__key__`` or index."""
+        sample = self.read(index)
+        if isinstance(sample, dict) and "__key__" in sample:
+            return str(sample["__key__"])
+        return str(index)
+
+    # -- metadata for packing and filters (sources that know more override these) ---------------
+    def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
+        """Bytes each sample takes on disk. indices: int64[k] -> int64[k]."""
+        raise DatareelError(
+            f"{self.name} ({type(self).__name__}) has no byte sizes; give the lengths as a function "
+            f"(length=fn(source, indices)) or as a length index"
+        )
+
+    def global_indices(self, indices: np.ndarray) -> np.ndarray:
+        """Sample numbers in the order a length index stores them. int64[k] -> int64[k]."""
+        raise DatareelError(
+            f"{self.name} ({type(self).__name__}) has no length index; give the lengths as a function "
+            f"(length=fn(source, indices)), or prepare a dataset with `datareel prepare --lengths`"
+        )
+
+    def length_index_path(self) -> Path:
+        raise DatareelError(
+            f"{self.name} ({type(self).__name__}) has no length index; give the lengths as a function "
+            f"(length=fn(source, indices)), or prepare a dataset with `datareel prepare --lengths`"
+        )
+
+    def length_index_check(self) -> dict[str, Any]:
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """What identifies this source's content for checkpoint fingerprints.
@@ -45,3 +107,30 @@ class Source(abc.ABC):
 def shorten(name: str, limit: int = 80) -> str:
     """Names go into the state verbatim up to ``limit`` characters (the digest covers the rest)."""
     return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+class MappedSource(Source):
+    """A source whose sample ``i`` is sample ``map(i)`` of ``base`` (views, filters)."""
+
+    base: Source
+
+    def _map(self, indices: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def read(self, index: int) -> Any:
+        return self.base.read(int(self._map(np.array([index]))[0]))
+
+    def key(self, index: int) -> str:
+        return self.base.key(int(self._map(np.array([index]))[0]))
+
+    def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
+        return self.base.byte_sizes(self._map(indices))
+
+    def global_indices(self, indices: np.ndarray) -> np.ndarray:
+        return self.base.global_indices(self._map(indices))
+
+    def length_index_path(self) -> Path:
+        return self.base.length_index_path()
+
+    def length_index_check(self) -> dict[str, Any]:
+        return self.base.length_index_check()

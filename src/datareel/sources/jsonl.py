@@ -10,8 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import DatareelError
-from .base import Source
+from .base import Sample, Source
 from .index_files import read_index
 
 
@@ -39,18 +41,39 @@ class JsonlSource(Source):
         return self._size
 
     def read(self, index: int) -> dict[str, Any]:
-        if self._pid != os.getpid():
-            self._pid, self._fd = os.getpid(), os.open(self.path, os.O_RDONLY)
-            self._idx = read_index(Path(f"{self.path}.idx"))
+        self._open()
         start, stop = int(self._idx[index]), int(self._idx[index + 1])
         blob = os.pread(self._fd, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         try:
-            return {"__key__": str(index), "json": json.loads(blob.decode("utf-8"))}
+            return Sample(__key__=str(index), json=json.loads(blob.decode("utf-8")))
         except UnicodeDecodeError as exc:
             raise DatareelError(f"{where}: not valid UTF-8 ({exc.reason} at byte {start + exc.start})") from exc
         except json.JSONDecodeError as exc:
             raise DatareelError(f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`") from exc
+
+    def _open(self) -> None:
+        if self._pid != os.getpid():
+            self._pid, self._fd = os.getpid(), os.open(self.path, os.O_RDONLY)
+            self._idx = read_index(Path(f"{self.path}.idx"))
+
+    def key(self, index: int) -> str:
+        return str(index)
+
+    def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
+        """Bytes of each line (blank lines folded in). indices: int64[k] -> int64[k]."""
+        self._open()
+        indices = np.asarray(indices, dtype=np.int64)
+        return self._idx[indices + 1].astype(np.int64) - self._idx[indices].astype(np.int64)
+
+    def global_indices(self, indices: np.ndarray) -> np.ndarray:
+        return np.asarray(indices, dtype=np.int64)
+
+    def length_index_path(self) -> Path:
+        return Path(f"{self.path}.lengths.npy")
+
+    def length_index_check(self) -> dict[str, Any]:
+        return {self.path.name: [self._size, self.path.stat().st_size]}
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "bytes": self.path.stat().st_size}

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DatareelError
-from .base import Source
+import numpy as np
+
+from .base import MappedSource, Source
 
 
-class SourceView(Source):
+class SourceView(MappedSource):
     def __init__(self, base: Source, *, start: int = 0, stop: int | None = None, shuffle: bool | None = None,
                  name: str | None = None):
         stop = len(base) if stop is None else stop
@@ -27,6 +29,9 @@ class SourceView(Source):
 
     def __len__(self) -> int:
         return self.stop - self.start
+
+    def _map(self, indices: np.ndarray) -> np.ndarray:
+        return self.start + np.asarray(indices, dtype=np.int64)
 
     def read(self, index: int) -> Any:
         return self.base.read(self.start + index)

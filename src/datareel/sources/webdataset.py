@@ -18,7 +18,7 @@ import numpy as np
 from ..decode import PartDecoder
 from ..errors import DatareelError
 from . import energon_meta as meta
-from .base import Source
+from .base import Sample, Source
 from .fieldmap import TypedFields, typed_fields
 from .index_files import read_index
 from .tarparse import BLOCK, iter_members, split_name
@@ -37,7 +37,7 @@ class WebDatasetSource(Source):
         self,
         root: str | os.PathLike,
         *,
-        split: str = "train",
+        split: str | None = "train",
         image_decode: str | None = "torchrgb",
         decode: bool = True,
         subflavors: dict[str, Any] | None = None,
@@ -52,13 +52,19 @@ class WebDatasetSource(Source):
                 f"`datareel prepare {self.root}` first"
             )
         info = meta.read_info(self.root)
-        self.split = meta.read_split(self.root, split, info, split_config)
+        if split is None:  # every shard in .info.json order, nothing excluded (length indexing)
+            self.split = meta.Split(name="*", shards=tuple(info))
+        else:
+            self.split = meta.read_split(self.root, split, info, split_config)
+        order = {shard: i for i, shard in enumerate(info)}
+        info_starts = np.concatenate([[0], np.cumsum(list(info.values()))])  # (all shards + 1,)
+        self._info_start = np.array([info_starts[order[s]] for s in self.split.shards], dtype=np.int64)
         config = meta.read_dataset_yaml(self.root, dataset_config)
         where = str(self.root / meta.META / dataset_config)
         self.typed: TypedFields | None = typed_fields(config, where)
         self.subflavors = {**(config.get("subflavors") or {}), **(subflavors or {})}
         self.decoder = PartDecoder(image_decode) if decode else None
-        self.name = name if name is not None else f"{self.root.name}/{split}"
+        self.name = name if name is not None else f"{self.root.name}/{split or 'all'}"
         self.shards = self.split.shards
         self._where = [f"shard {self.root / shard}" for shard in self.shards]  # for error messages
         self._pid: int | None = None
@@ -153,6 +159,41 @@ class WebDatasetSource(Source):
         s = int(np.searchsorted(self.starts, g, side="right")) - 1
         return s, g - int(self.starts[s])
 
+    def locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised :meth:`locate`. indices: int64[k] -> (shard numbers int64[k], index in shard int64[k])."""
+        g = self.kept[indices] if self.kept is not None else np.asarray(indices, dtype=np.int64)
+        s = np.searchsorted(self.starts, g, side="right") - 1
+        return s, g - self.starts[s]
+
+    def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
+        """Bytes of each sample's tar members (headers included). indices: int64[k] -> int64[k]."""
+        self._handles()
+        shard, local = self.locate_many(indices)
+        out = np.empty(len(shard), dtype=np.int64)
+        for s in np.unique(shard).tolist():
+            self._range(s, 0)  # maps the shard's index
+            idx = self._indices[s]
+            mask = shard == s
+            out[mask] = idx[local[mask] + 1].astype(np.int64) - idx[local[mask]].astype(np.int64)
+        return out
+
+    def global_indices(self, indices: np.ndarray) -> np.ndarray:
+        """Sample numbers in ``.info.json`` shard order (what a length index is keyed by)."""
+        shard, local = self.locate_many(indices)
+        return self._info_start[shard] + local
+
+    def length_index_path(self) -> Path:
+        return self.root / meta.META / "lengths.npy"
+
+    def length_index_check(self) -> dict[str, Any]:
+        """What a length index must match: every shard's sample count and byte size."""
+        info = meta.read_info(self.root)
+        return {shard: [count, (self.root / shard).stat().st_size] for shard, count in info.items()}
+
+    def key(self, index: int) -> str:
+        s, local = self.locate(index)
+        return self._read_key(s, local) or ""
+
     def read_raw(self, index: int) -> tuple[str, dict[str, bytes], str]:
         """``(key, {part: bytes}, where)`` of sample ``index``."""
         s, local = self.locate(index)
@@ -187,7 +228,7 @@ class WebDatasetSource(Source):
             sample = {part: decode(part, data, where) for part, data in parts.items()}
         else:
             sample = dict(parts)
-        sample = {"__key__": key, **sample}
+        sample = Sample(__key__=key, **sample)
         if self.subflavors:
             sample["__subflavors__"] = dict(self.subflavors)
         return sample
