@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 
 from .errors import DatareelError
@@ -32,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--sample-type", default="CrudeWebdataset",
                          help="CrudeWebdataset (default) or an Energon sample type, e.g. CaptioningSample")
     prepare.add_argument("--field-map", default=None, help='JSON field -> part map, e.g. \'{"image": "jpg", "caption": "txt"}\'')
+    prepare.add_argument("--lengths", default=None, metavar="MODULE:FUNCTION",
+                         help="also compute a length index: FUNCTION(decoded sample) -> int, for packing and "
+                              "filters (on an already prepared dataset, only the length index is computed)")
     prepare.add_argument("--workers", type=int, default=None, help="parallel indexing processes (default: cores)")
     prepare.add_argument("--overwrite", action="store_true", help="replace an existing .nv-meta")
     prepare.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -61,18 +66,26 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "prepare":
         from .prepare import prepare_jsonl, prepare_webdataset
 
+        from .sources.energon_meta import is_prepared
+
         if args.path.endswith(".jsonl"):
             print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
-            return 0
-        try:
-            field_map = json.loads(args.field_map) if args.field_map else None
-        except json.JSONDecodeError as exc:
-            parser.error(f"--field-map {args.field_map!r} is not JSON: {exc}")
-        report = prepare_webdataset(args.path, split_ratio=args.split_ratio, sample_type=args.sample_type,
-                                    field_map=field_map, workers=args.workers, overwrite=args.overwrite,
-                                    progress=not args.quiet)
-        print(f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
-              + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items()))
+        elif not (args.lengths and is_prepared(Path(args.path)) and not args.overwrite):
+            try:
+                field_map = json.loads(args.field_map) if args.field_map else None
+            except json.JSONDecodeError as exc:
+                parser.error(f"--field-map {args.field_map!r} is not JSON: {exc}")
+            report = prepare_webdataset(args.path, split_ratio=args.split_ratio, sample_type=args.sample_type,
+                                        field_map=field_map, workers=args.workers, overwrite=args.overwrite,
+                                        progress=not args.quiet)
+            print(f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
+                  + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items()))
+        if args.lengths:
+            from .lengths import compute_length_index
+
+            sys.path.insert(0, os.getcwd())  # `--lengths mymodule:fn` from the current directory
+            target = compute_length_index(args.path, args.lengths, workers=args.workers, progress=not args.quiet)
+            print(f"{args.path}: length index written to {target}")
         return 0
     if args.command == "info":
         from .info import dataset_info, format_info

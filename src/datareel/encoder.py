@@ -93,6 +93,14 @@ def _energon_defined(encoder: Any, name: str) -> bool:
     return False
 
 
+def _is_seed_wrapper(method: Any) -> bool:
+    """Whether ``method`` is wrapped by Energon's ``@stateless(restore_seeds=True)`` (it needs Energon's
+    worker state; the code object's name survives ``functools.wraps``)."""
+    code = getattr(getattr(method, "__func__", method), "__code__", None)
+    return (code is not None and code.co_name in ("seed_wrapper", "seed_wrapper_generator")
+            and "energon" in code.co_filename and hasattr(getattr(method, "__func__", method), "__wrapped__"))
+
+
 def _is_energon(encoder: Any) -> bool:
     return any(cls.__module__.startswith("megatron.energon") for cls in type(encoder).__mro__)
 
@@ -117,9 +125,8 @@ class ResolvedEncoder:
             if method is not None and name == "pack_selected_samples" and _energon_defined(encoder, name):
                 method = None  # Energon's base raises NotImplementedError
             if method is not None:
-                inner = getattr(method, "__wrapped__", None)
-                if inner is not None and getattr(method, "__qualname__", "").endswith(("seed_wrapper", "seed_wrapper_generator")):
-                    method = inner.__get__(encoder)  # Energon's restore_seeds wrapper: datareel reseeds instead
+                if _is_seed_wrapper(method):
+                    method = method.__wrapped__.__get__(encoder)  # Energon's restore_seeds: datareel reseeds instead
                     self.reseeds.add(name)
                 if inspect.isgeneratorfunction(getattr(method, "__func__", method)):
                     raise DatareelError(

@@ -76,7 +76,7 @@ def load_index(source: Source) -> np.ndarray:
                          if saved.get("check", {}).get(k) != list(current.get(k, [])))
         raise DatareelError(
             f"length index {path} is stale: {changed[:5]} changed since it was computed "
-            f"(sample count or bytes); re-run `datareel prepare --lengths {saved.get('function')}`"
+            f"(sample count, bytes or content); re-run `datareel prepare --lengths {saved.get('function')}`"
         )
     index = np.load(path, mmap_mode="r")
     _cache[key] = index

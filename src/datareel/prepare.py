@@ -210,6 +210,9 @@ def _write_all(root: Path, scans: list[ShardScan], splits: dict[str, list[str]],
         if old.exists():
             if not overwrite:
                 raise DatareelError(f"{old} appeared while preparing; pass --overwrite to replace it")
+            for keep in ("lengths.npy", "lengths.npy.json"):  # a length index survives; if stale, it is refused
+                if (old / keep).exists():
+                    shutil.copy2(old / keep, staged / keep)
             shutil.rmtree(old)
         os.replace(staged, old)
     except BaseException:

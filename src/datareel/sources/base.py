@@ -109,6 +109,19 @@ def shorten(name: str, limit: int = 80) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
+def file_check(path: Path, count: int) -> list[Any]:
+    """``[samples, bytes, digest of the first and last 64 KiB]``: what a length index must still match."""
+    import hashlib
+
+    size = path.stat().st_size
+    digest = hashlib.blake2b(digest_size=8)
+    with open(path, "rb") as f:
+        digest.update(f.read(1 << 16))
+        f.seek(max(0, size - (1 << 16)))
+        digest.update(f.read(1 << 16))
+    return [count, size, digest.hexdigest()]
+
+
 class MappedSource(Source):
     """A source whose sample ``i`` is sample ``map(i)`` of ``base`` (views, filters)."""
 

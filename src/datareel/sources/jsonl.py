@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatareelError
-from .base import Sample, Source
+from .base import Sample, Source, file_check
 from .index_files import read_index
 
 
@@ -73,7 +73,7 @@ class JsonlSource(Source):
         return Path(f"{self.path}.lengths.npy")
 
     def length_index_check(self) -> dict[str, Any]:
-        return {self.path.name: [self._size, self.path.stat().st_size]}
+        return {self.path.name: file_check(self.path, self._size)}
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "bytes": self.path.stat().st_size}

@@ -18,7 +18,7 @@ import numpy as np
 from ..decode import PartDecoder
 from ..errors import DatareelError
 from . import energon_meta as meta
-from .base import Sample, Source
+from .base import Sample, Source, file_check
 from .fieldmap import TypedFields, typed_fields
 from .index_files import read_index
 from .tarparse import BLOCK, iter_members, split_name
@@ -186,9 +186,9 @@ class WebDatasetSource(Source):
         return self.root / meta.META / "lengths.npy"
 
     def length_index_check(self) -> dict[str, Any]:
-        """What a length index must match: every shard's sample count and byte size."""
+        """What a length index must match: every shard's sample count, byte size and a digest of its ends."""
         info = meta.read_info(self.root)
-        return {shard: [count, (self.root / shard).stat().st_size] for shard, count in info.items()}
+        return {shard: file_check(self.root / shard, count) for shard, count in info.items()}
 
     def key(self, index: int) -> str:
         s, local = self.locate(index)

@@ -1,0 +1,250 @@
+"""Length-planned packing: exactly-once packs, over-length policies, length index, elastic restore."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import datareel
+from datareel import DatareelError, Packing, StateMismatchError
+from datareel.plan.pack import first_fit_decreasing, plan_window
+from datareel.prepare import prepare_webdataset
+from elastic import Topology, check_restore_everywhere
+from wds_helpers import write_shard
+
+TESTS = Path(__file__).resolve().parent
+
+
+class Packer:
+    """Packs keep their ids; a pack's randomness comes from sample_rng (keyed by the packed position)."""
+
+    def encode_sample(self, sample):
+        return {"id": sample["id"], "len": sample["len"], "noise": int(datareel.sample_rng().integers(0, 1000))}
+
+    def pack_selected_samples(self, samples):
+        return {"ids": [s["id"] for s in samples], "total": sum(s["len"] for s in samples),
+                "noise": [s["noise"] for s in samples], "pack_noise": int(datareel.sample_rng().integers(0, 1000))}
+
+    def batch(self, packs):
+        return {k: [p[k] for p in packs] for k in packs[0]}
+
+    def truncate_sample(self, sample, max_length):
+        return {**sample, "len": max_length}
+
+
+def lengths_dataset(lengths, name="docs"):
+    data = datareel.from_sequence([{"id": i, "len": int(n)} for i, n in enumerate(lengths)], name=name)
+    table = np.asarray(lengths, dtype=np.int64)
+    return data, (lambda source, idx: table[idx])
+
+
+@pytest.mark.parametrize("lengths,cap", [([5, 3, 8, 2, 7, 1], 10), ([10] * 4, 10), ([1] * 25, 7), ([4, 4, 4, 3, 3, 3], 9)])
+def test_first_fit_decreasing_packs_every_item_once_within_capacity(lengths, cap):
+    packs = first_fit_decreasing(np.array(lengths), cap)
+    items = sorted(i for p in packs for i in p.tolist())
+    assert items == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in p) <= cap for p in packs)
+    # FFD is within 11/9 OPT + 1 of the optimum; here at least it is never worse than ceil(total / cap) + 1
+    assert len(packs) <= math.ceil(sum(lengths) / cap) + 1
+
+
+def test_over_length_policies():
+    lengths = np.array([3, 12, 4, 15, 2])
+    with pytest.raises(DatareelError, match="exceeds max_length=10"):
+        plan_window(lengths, 10, "error")
+    packs, dropped = plan_window(lengths, 10, "drop")
+    assert dropped.tolist() == [1, 3] and sorted(i for p in packs for i in p.tolist()) == [0, 2, 4]
+    packs, dropped = plan_window(lengths, 10, "own_pack")
+    assert dropped.size == 0 and [1] in [p.tolist() for p in packs] and [3] in [p.tolist() for p in packs]
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=300), cap=st.integers(10, 40),
+       window=st.integers(1, 50), policy=st.sampled_from(["own_pack", "drop"]))
+def test_a_packed_epoch_holds_every_sample_exactly_once(lengths, cap, window, policy):
+    data, length = lengths_dataset(lengths)
+    loader = datareel.Loader(data, global_batch_size=3, micro_batch_size=3, repeat=False, seed=1, task_encoder=Packer(),
+                             packing=Packing(max_length=cap, length=length, window=window, over_length=policy))
+    seen = [i for batch in loader for pack in batch["ids"] for i in pack]
+    over = [i for i, n in enumerate(lengths) if n > cap]
+    expected = [i for i in range(len(lengths)) if not (policy == "drop" and i in over)]
+    assert sorted(seen) == expected  # none twice, none lost
+    assert loader.dropped == (len(over) if policy == "drop" else 0)
+
+
+def test_dropped_samples_are_reported(caplog):
+    data, length = lengths_dataset([3, 50, 4, 60, 2])
+    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, repeat=False, task_encoder=Packer(),
+                             packing=Packing(max_length=10, length=length, window=5, over_length="drop"))
+    with caplog.at_level(logging.WARNING, logger="datareel"):
+        packs = [p for b in loader for p in b["ids"]]
+    assert sorted(i for p in packs for i in p) == [0, 2, 4] and loader.dropped == 2
+    assert "dropped 2 over-long samples" in caplog.text and "docs[1]" in caplog.text
+
+
+def test_over_length_error_names_the_sample_and_truncate_calls_the_encoder():
+    data, length = lengths_dataset([3, 50, 4])
+    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, shuffle=False, task_encoder=Packer(),
+                             packing=Packing(max_length=10, length=length, window=3))
+    with pytest.raises(DatareelError, match=r"sample 1 of source 'docs' at reel position 1"):
+        next(iter(loader))
+    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, shuffle=False, task_encoder=Packer(),
+                             packing=Packing(max_length=10, length=length, window=3, over_length="truncate"))
+    totals = {tuple(b["ids"][0]): b["total"][0] for b in itertools_take(loader, 2)}
+    assert totals[(1,)] == 10  # truncate_sample cut the 50 to max_length
+
+    class NoTruncate:
+        def pack_selected_samples(self, samples):
+            return samples
+
+    with pytest.raises(ValueError, match="truncate_sample"):
+        datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=NoTruncate(),
+                        packing=Packing(max_length=10, length=length, over_length="truncate"))
+
+
+def itertools_take(loader, n):
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+def test_packing_needs_pack_selected_samples_and_valid_options():
+    data, length = lengths_dataset([1, 2])
+    with pytest.raises(DatareelError, match="pack_selected_samples"):
+        datareel.Loader(data, global_batch_size=1, micro_batch_size=1, packing=Packing(max_length=4, length=length))
+    with pytest.raises(DatareelError, match="max_length=0"):
+        Packing(max_length=0)
+    with pytest.raises(DatareelError, match="over_length='cut'"):
+        Packing(max_length=4, over_length="cut")
+    with pytest.raises(DatareelError, match="length='tokens'"):
+        Packing(max_length=4, length="tokens")
+    with pytest.raises(DatareelError, match="no byte sizes"):
+        next(iter(datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=Packer(),
+                                  packing=Packing(max_length=4, length="bytes"))))
+
+
+def test_state_carries_window_and_offset_and_refuses_other_packing():
+    data, length = lengths_dataset(np.random.default_rng(0).integers(1, 9, 200))
+    packing = Packing(max_length=16, length=length, window=20)
+    loader = datareel.Loader(data, global_batch_size=4, micro_batch_size=2, task_encoder=Packer(), packing=packing)
+    it = iter(loader)
+    for _ in range(7):
+        next(it)
+    state = loader.state_dict()
+    assert state["cursor"] == 14 and len(state["pack"]) == 2 and len(json.dumps(state)) < 1024
+    other = datareel.Loader(data, global_batch_size=4, micro_batch_size=2, task_encoder=Packer(),
+                            packing=Packing(max_length=32, length=length, window=20))
+    with pytest.raises(StateMismatchError, match="packing"):
+        other.load_state_dict(state)
+    plain = datareel.Loader(data, global_batch_size=4, micro_batch_size=2)
+    with pytest.raises(StateMismatchError, match="packing"):
+        plain.load_state_dict(state)
+
+
+@st.composite
+def packed_scenarios(draw, max_workers):
+    W, W2 = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    m, m2 = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    G = math.lcm(m * W, m2 * W2) * draw(st.integers(1, 2))
+    n = draw(st.integers(3, 60))
+    return dict(G=G, before=Topology(W, draw(st.integers(0, max_workers)), m),
+                after=Topology(W2, draw(st.integers(0, max_workers)), m2),
+                lengths=draw(st.lists(st.integers(1, 12), min_size=n, max_size=n)),
+                cap=draw(st.integers(12, 30)), window=draw(st.integers(2, 17)),
+                batches=max(2, min(6, 24 // (G // (m * W)))), seed=draw(st.integers(0, 2**32)))
+
+
+def _packed_restore(s):
+    data, length = lengths_dataset(s["lengths"])
+    report = check_restore_everywhere(
+        data, global_batch_size=s["G"], before=s["before"], after=s["after"], global_batches=s["batches"],
+        seed=s["seed"], task_encoder=Packer(), packing=Packing(max_length=s["cap"], length=length, window=s["window"]))
+    assert report["restored"] >= 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=packed_scenarios(max_workers=0))
+def test_elastic_restore_with_packing(s):
+    _packed_restore(s)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=packed_scenarios(max_workers=2))
+def test_elastic_restore_with_packing_and_worker_processes(s):
+    _packed_restore(s)
+
+
+def test_packed_windows_cross_epochs_and_restore_mid_window():
+    # 23 samples, windows of 10: windows straddle epoch boundaries; restore at every micro-step
+    data, length = lengths_dataset(np.random.default_rng(3).integers(1, 7, 23))
+    report = check_restore_everywhere(data, global_batch_size=6, before=Topology(3, 0, 1), after=Topology(1, 0, 3),
+                                      global_batches=12, seed=5, task_encoder=Packer(),
+                                      packing=Packing(max_length=12, length=length, window=10))
+    assert report["restored"] == 24 and report["refused"] == 0  # every micro-step, mid-window ones included
+
+
+# -- lengths from the dataset: byte sizes and a prepared length index -----------------------------
+
+def _text_shards(root: Path, lengths) -> None:
+    write_shard(root / "a.tar", [(f"k{i:03d}", {"txt": b"x" * n}) for i, n in enumerate(lengths)])
+    prepare_webdataset(root, progress=False)
+
+
+def test_length_index_prepare_load_and_stale_refusal(tmp_path):
+    lengths = [5, 17, 3, 9, 12, 1, 30, 8]
+    _text_shards(tmp_path, lengths)
+    env = {"PYTHONPATH": str(TESTS)}
+    proc = subprocess.run([sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--lengths",
+                           "length_fns:text_length", "--quiet"], capture_output=True, text=True,
+                          env={**__import__("os").environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert np.load(tmp_path / ".nv-meta/lengths.npy").tolist() == lengths
+
+    class TextPacker:
+        def pack_selected_samples(self, samples):
+            return {"keys": [s["__key__"] for s in samples], "chars": sum(len(s["txt"]) for s in samples)}
+
+        def batch(self, packs):
+            return packs
+
+    ds = datareel.open_dataset(tmp_path)
+    loader = datareel.Loader(ds, global_batch_size=1, micro_batch_size=1, repeat=False, task_encoder=TextPacker(),
+                             packing=Packing(max_length=32, length="index", window=8))
+    packs = [p for batch in loader for p in batch]
+    assert sorted(k for p in packs for k in p["keys"]) == [f"k{i:03d}" for i in range(8)]
+    assert all(p["chars"] <= 32 for p in packs)
+    by_bytes = datareel.Loader(ds, global_batch_size=1, micro_batch_size=1, repeat=False, task_encoder=TextPacker(),
+                               packing=Packing(max_length=4096, length="bytes", window=8))
+    assert len([p for b in by_bytes for p in b]) == 2  # each sample takes >= 1 KiB of tar: four per pack
+    write_shard(tmp_path / "a.tar", [(f"k{i:03d}", {"txt": b"y" * (n + 1)}) for i, n in enumerate(lengths)])
+    prepare_webdataset(tmp_path, progress=False, overwrite=True)
+    from datareel import lengths as lengths_module
+    lengths_module._cache.clear()
+    fresh = datareel.Loader(datareel.open_dataset(tmp_path), global_batch_size=1, micro_batch_size=1,
+                            task_encoder=TextPacker(), packing=Packing(max_length=32, length="index"))
+    with pytest.raises(DatareelError, match="stale"):
+        next(iter(fresh))
+
+
+def test_length_index_for_jsonl(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"text": "z" * n}) + "\n" for n in (4, 8, 15)))
+    from datareel.lengths import compute_length_index, lengths_of
+    from datareel.prepare import prepare_jsonl
+    prepare_jsonl(path)
+    sys.path.insert(0, str(TESTS))
+    try:
+        compute_length_index(path, "length_fns:json_length", workers=1, progress=False)
+    finally:
+        sys.path.remove(str(TESTS))
+    ds = datareel.open_dataset(path)
+    assert lengths_of(ds, np.array([2, 0]), "index").tolist() == [15, 4]
+    assert lengths_of(ds, np.array([0]), "bytes").tolist() == [len(json.dumps({"text": "zzzz"})) + 1]
