@@ -196,3 +196,19 @@ def test_len_of_infinite_loader_is_an_error():
 def test_bad_loader_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Loader(records(3), global_batch_size=4, micro_batch_size=1, **kwargs)
+
+
+def test_a_dropped_loader_and_its_workers_are_freed_without_the_garbage_collector():
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        loader = Loader(records(50), global_batch_size=4, micro_batch_size=2, num_workers=1, persistent_workers=True)
+        it = iter(loader)
+        next(it)
+        ref = weakref.ref(loader)
+        del it, loader
+        assert ref() is None  # no reference cycle: worker processes stop now, not at the next collection
+    finally:
+        gc.enable()

@@ -148,7 +148,6 @@ class Loader:
         self.packing = packing
         input_length = None if self.repeat else self.plan.epoch_length
         self.packed = PackedReel(self.plan, self.sources, packing, input_length) if packing else None
-        self.packed_length: int | None = None  # known once a finite packed reel has been planned to its end
         self.pack_at: tuple[int, int] = (0, 0)  # (window, offset) of the cursor in the packed reel
         self.marks: dict[int, tuple[int, tuple[int, int]]] = {}  # step -> (cursor, pack_at) after it
         self._encoder = ResolvedEncoder(task_encoder, packing=packing is not None)
@@ -185,9 +184,7 @@ class Loader:
             return None
         if self.packed is None:
             return self.plan.epoch_length
-        if self.packed_length is None:
-            self.packed_length = self.packed.length()
-        return self.packed_length
+        return self.packed.length()
 
     @property
     def dropped(self) -> int:
@@ -210,7 +207,7 @@ class Loader:
         if self.length is None:
             raise TypeError("a Loader with repeat=True is infinite and has no len()")
         S = self.layout.step_size
-        steps = range(self._cursor // S, -(-self.length // S))
+        steps = range(-(-self._cursor // S), -(-self.length // S))  # the cursor is a step boundary or the end
         spans = (self.layout.rank_span(s, self.rank, self.length) for s in steps)
         return sum(1 for start, stop in spans if start < stop)
 

@@ -85,6 +85,7 @@ class PackedReel:
         self.plan, self.sources, self.packing, self.input_length = plan, sources, packing, input_length
         self._cache: OrderedDict[int, list[Pack]] = OrderedDict()
         self.dropped = 0
+        self.known_length: int | None = None  # packs in a finite reel, once planned to its end
 
     def windows(self) -> int | None:
         """Windows of a finite input reel (``None``: endless)."""
@@ -139,4 +140,6 @@ class PackedReel:
         last = self.windows()
         if last is None:
             raise DatareelError("an endless packed reel has no length")
-        return sum(len(self.window(w)) for w in range(last))
+        if self.known_length is None:
+            self.known_length = sum(len(self.window(w)) for w in range(last))
+        return self.known_length

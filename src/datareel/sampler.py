@@ -13,12 +13,16 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from torch.utils.data import Sampler
 
 from .execute import Descriptor
+from .packing import PackedReel
+from .plan.layout import Layout
+from .plan.reel import ReelPlan
 
 if TYPE_CHECKING:
     from .loader import Loader
@@ -27,24 +31,44 @@ CHUNK = 64
 """Micro-steps resolved per plan call: amortises numpy's per-call cost over many descriptors."""
 
 
+@dataclass(frozen=True)
+class Start:
+    """What a descriptor stream needs, copied from the loader when iteration starts.
+
+    The stream must not hold the loader itself: DataLoader keeps the stream (its sampler
+    iterator) alive, and a loader reachable from it would only be freed by the garbage
+    collector, keeping worker processes alive until then.
+    """
+
+    layout: Layout
+    rank: int
+    length: int | None
+    cursor: int
+    plan: ReelPlan
+    packed: PackedReel | None
+    pack_at: tuple[int, int]
+    marks: dict[int, tuple[int, tuple[int, int]]]
+
+
 class DescriptorSampler(Sampler):
     """Yields this rank's descriptors from the loader's cursor at the moment iteration starts."""
 
     def __init__(self, loader: Loader):
-        # a weak reference: Loader -> DataLoader -> sampler must not cycle back, or a dropped loader's
-        # worker processes would live until the garbage collector runs (possibly in a forked child)
-        self._loader = weakref.ref(loader)
+        self._loader = weakref.ref(loader)  # the loader owns the DataLoader that owns this sampler
 
     def __iter__(self) -> Iterator[Descriptor]:
         loader = self._loader()
         if loader is None:
             return iter(())
-        return packed_descriptors(loader) if loader.packed is not None else plain_descriptors(loader)
+        start = Start(loader.layout, loader.rank, None if loader.packed is not None else loader.length,
+                      loader.cursor, loader.plan, loader.packed, loader.pack_at, loader.marks)
+        del loader
+        return packed_descriptors(start) if start.packed is not None else plain_descriptors(start)
 
 
-def plain_descriptors(loader: Loader) -> Iterator[Descriptor]:
-    layout, rank, length = loader.layout, loader.rank, loader.length
-    first = loader.cursor // layout.step_size
+def plain_descriptors(start: Start) -> Iterator[Descriptor]:
+    layout, rank, length = start.layout, start.rank, start.length
+    first = start.cursor // layout.step_size
     last = None if length is None else -(-length // layout.step_size)  # steps of a finite reel
     for chunk in itertools.count(first, CHUNK):
         steps = range(chunk, chunk + CHUNK if last is None else min(chunk + CHUNK, last))
@@ -52,7 +76,7 @@ def plain_descriptors(loader: Loader) -> Iterator[Descriptor]:
             return
         spans = [layout.rank_span(step, rank, length) for step in steps]
         positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])  # (sum of spans,)
-        source_ids, indices = loader.plan.resolve(positions)
+        source_ids, indices = start.plan.resolve(positions)
         offset = 0
         for step, (a, b) in zip(steps, spans):
             if a == b:  # an empty share of the final, partial micro-step
@@ -62,10 +86,10 @@ def plain_descriptors(loader: Loader) -> Iterator[Descriptor]:
             yield Descriptor(step, positions[cut], source_ids[cut], indices[cut])
 
 
-def packed_descriptors(loader: Loader) -> Iterator[Descriptor]:
-    layout, rank, S = loader.layout, loader.rank, loader.layout.step_size
-    stream = loader.packed.stream(*loader.pack_at)
-    for step in itertools.count(loader.cursor // S):
+def packed_descriptors(start: Start) -> Iterator[Descriptor]:
+    layout, rank, S = start.layout, start.rank, start.layout.step_size
+    stream = start.packed.stream(*start.pack_at)
+    for step in itertools.count(start.cursor // S):
         group = list(itertools.islice(stream, S))  # this micro-step's packs, all ranks
         if not group:
             return
@@ -73,8 +97,8 @@ def packed_descriptors(loader: Loader) -> Iterator[Descriptor]:
         end = None
         if len(group) < S:  # the packed reel ends inside this step
             end = base + len(group)
-            loader.packed_length = end
-        loader.marks[step] = (base + len(group), group[-1][1])
+            start.packed.known_length = end
+        start.marks[step] = (base + len(group), group[-1][1])
         a, b = layout.rank_span(step, rank, end)
         mine = [pack for pack, _ in group[a - base : b - base]]
         if mine:
