@@ -55,6 +55,8 @@ def test_version_and_foreign_states_refused():
     with pytest.raises(StateMismatchError, match="version"):
         make().load_state_dict({**state, "version": 99})
     with pytest.raises(DatareelError, match="not a datareel loader state"):
+        make().load_state_dict({"dataset_state": {}})
+    with pytest.raises(DatareelError, match="written by Megatron-Energon"):
         make().load_state_dict({"dataset_state": {}, "worker_states": []})
     with pytest.raises(DatareelError, match="cursor"):
         make().load_state_dict({**state, "cursor": -3})

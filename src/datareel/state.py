@@ -39,6 +39,13 @@ def read_state(state: Any, spec: dict[str, Any]) -> int:
 
     Raises :class:`StateMismatchError` naming every differing field.
     """
+    if _looks_like_energon(state):
+        raise DatareelError(
+            "this is a checkpoint written by Megatron-Energon's own loader, not by datareel: it records each "
+            "worker's shuffle buffers and shard positions, which do not determine a position in one global "
+            "sample order, so it cannot be converted. Start this run's data from the beginning (or from a "
+            "datareel checkpoint); from then on datareel's checkpoints restore on any topology"
+        )
     if not isinstance(state, dict):
         raise DatareelError(
             f"a datareel state is a dict (from loader.state_dict()), got {type(state).__name__}"
@@ -102,3 +109,14 @@ def dataset_changes(saved: Any, current: Any) -> list[str]:
     if list(old) != list(new) and not out:
         out.append("the order of the sources changed")
     return out
+
+
+def _looks_like_energon(state: Any) -> bool:
+    """Energon's states: ``SavableDataLoaderState`` objects (or lists of them, or their dict form)."""
+    items = state if isinstance(state, (list, tuple)) else [state]
+    for item in items:
+        if type(item).__module__.startswith("megatron.energon") or "SavableDataLoaderState" in type(item).__name__:
+            return True
+        if isinstance(item, dict) and ("worker_states" in item or "micro_batch_size" in item and "format" not in item):
+            return True
+    return False

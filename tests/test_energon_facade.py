@@ -1,0 +1,216 @@
+"""datareel.energon: Energon's API, elastic underneath."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import datareel
+from datareel import DatareelError, StateMismatchError
+from datareel import energon as den
+from datareel.launch import free_port, run_local
+from datareel.prepare import prepare_webdataset
+from wds_helpers import write_shard
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("texts")
+    for s in range(3):
+        write_shard(root / f"part-{s}.tar", [(f"t{s}-{i:03d}", {"txt": f"text {s} {i}".encode()}) for i in range(30)])
+    prepare_webdataset(root, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
+    return root
+
+
+class Keys:
+    def batch(self, samples):
+        return [s["__key__"] for s in samples]
+
+
+def global_batches(root, W, N, count, G=8, m=2, seed=0):
+    """Global batches through the facade, ranks simulated in this process."""
+    loaders = []
+    for rank in range(W):
+        config = den.WorkerConfig(rank=rank, world_size=W, num_workers=N, seed_offset=seed)
+        ds = den.get_train_dataset(str(root), worker_config=config, batch_size=m, shuffle_buffer_size=100,
+                                   max_samples_per_sequence=100, task_encoder=Keys(), global_batch_size=G)
+        loaders.append(iter(den.get_savable_loader(ds)))
+    steps = []  # per micro-step: every rank's keys, in rank order
+    for _ in range(count * G // (m * W)):
+        steps.append([k for it in loaders for k in next(it)])
+    return steps
+
+
+def regroup(micro_steps, per_global):
+    """Micro-steps (each: all ranks' keys) -> global batches of ``per_global`` keys."""
+    return chunks([k for step in micro_steps for k in step], per_global)
+
+
+def chunks(flat, n):
+    return [flat[i : i + n] for i in range(0, len(flat), n)]
+
+
+def test_reproducible_scaling_example(texts):
+    # Energon's example: global batch 8, micro-batch 2; W4·N1 vs W1·N4 -- and W2·N3, W1·N0, which Energon cannot do
+    results = {cfg: regroup(global_batches(texts, *cfg, count=12), 8) for cfg in [(4, 1), (1, 4), (2, 3), (1, 0)]}
+    reference = results[(1, 0)]
+    assert len(reference) == 12 and all(len(b) == 8 for b in reference)
+    for cfg, batches in results.items():
+        assert batches == reference, f"W{cfg[0]}·N{cfg[1]} differs"
+
+
+def test_buffer_arguments_are_explained_once_and_others_refused(texts, caplog):
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    den._explained.clear()
+    with caplog.at_level(logging.INFO, logger="datareel"):
+        for _ in range(2):
+            den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=100,
+                                  max_samples_per_sequence=100, parallel_shard_iters=2)
+    assert caplog.text.count("shuffle_buffer_size is accepted") == 1 and "parallel_shard_iters" in caplog.text
+    with pytest.raises(DatareelError, match="packing_buffer_size=16 cannot be honoured"):
+        den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=None,
+                              max_samples_per_sequence=None, packing_buffer_size=16)
+    with pytest.raises(DatareelError, match="shuffle_over_epochs_multiplier=2 cannot be honoured"):
+        den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=None,
+                              max_samples_per_sequence=None, shuffle_over_epochs_multiplier=2)
+    with pytest.raises(DatareelError, match="sample_type"):
+        den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=None,
+                              max_samples_per_sequence=None, sample_type="TextSample")
+
+
+def test_without_global_batch_size_a_world_size_change_is_refused_with_the_fix(texts):
+    def loader(W, rank=0, **kw):
+        config = den.WorkerConfig(rank=rank, world_size=W, num_workers=0)
+        return den.get_savable_loader(den.get_train_dataset(str(texts), worker_config=config, batch_size=2,
+                                                            shuffle_buffer_size=None, max_samples_per_sequence=None,
+                                                            task_encoder=Keys(), **kw))
+
+    first = loader(1)
+    it = iter(first)
+    next(it)
+    state = first.save_state_rank()
+    with pytest.raises(StateMismatchError, match=r"Pass global_batch_size=2 to get_train_dataset"):
+        loader(2).restore_state_rank(state)
+    ok = loader(1, global_batch_size=2)
+    ok.restore_state_rank(state)
+    assert ok.cursor == 2
+
+
+def test_an_energon_checkpoint_is_refused_clearly(texts, tmp_path):
+    from megatron.energon import (Cooker, DefaultTaskEncoder, WorkerConfig, get_savable_loader, get_train_dataset,
+                                  stateless)
+
+    class Passthrough(DefaultTaskEncoder):
+        cookers = [Cooker(stateless(lambda sample: sample))]
+
+    ds = get_train_dataset(str(texts), worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=2,
+                           shuffle_buffer_size=10, max_samples_per_sequence=10, task_encoder=Passthrough())
+    energon_loader = get_savable_loader(ds, watchdog_timeout_seconds=None)
+    next(iter(energon_loader))
+    state = energon_loader.save_state_rank()
+    ours = den.get_savable_loader(den.get_train_dataset(
+        str(texts), worker_config=den.WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=2,
+        shuffle_buffer_size=None, max_samples_per_sequence=None))
+    for bad in (state, [state]):
+        with pytest.raises(DatareelError, match="written by Megatron-Energon.*cannot be converted"):
+            ours.restore_state_rank(bad)
+
+
+def test_virtual_epochs_and_val_limit(texts):
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    train = den.get_savable_loader(den.get_train_dataset(
+        str(texts), worker_config=config, batch_size=3, shuffle_buffer_size=None, max_samples_per_sequence=None,
+        virtual_epoch_length=5, task_encoder=Keys()))
+    first, second = list(train), list(train)
+    assert len(first) == len(second) == 5 == len(train) and first != second and train.cursor == 30
+    val = den.get_savable_loader(den.get_val_dataset(str(texts), split_part="train", worker_config=config,
+                                                     batch_size=7, task_encoder=Keys()))
+    keys = [k for b in val for k in b]
+    assert len(keys) == 90 and keys[:2] == ["t0-000", "t0-001"] and len(val) == 13  # batches per pass
+    limited = den.get_savable_loader(den.get_val_dataset(str(texts), split_part="train", worker_config=config,
+                                                         batch_size=7, task_encoder=Keys(), limit=4))
+    assert len(list(limited)) == 4 == len(limited)
+    single = den.get_savable_loader(den.get_train_dataset(
+        str(texts), worker_config=config, batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None))
+    sample = next(iter(single))
+    assert isinstance(sample, dict) and sample.text.startswith("text")
+
+
+# -- Energon's three save/restore scenarios, in real processes ------------------------------------
+
+def _scenario(rank, world, root, out, scenario, phase, G):
+    config = den.WorkerConfig.default_worker_config(num_workers=1)
+    loader = den.get_savable_loader(den.get_train_dataset(
+        root, worker_config=config, batch_size=2, shuffle_buffer_size=100, max_samples_per_sequence=100,
+        task_encoder=Keys(), global_batch_size=G))
+    out = Path(out)
+    if phase == "resume":
+        if scenario == "rank":
+            loader.restore_state_rank(torch.load(out / f"state-{rank % 2}.pt", weights_only=False))
+        elif scenario == "global-src0":
+            loader.restore_state_global(torch.load(out / "state.pt", weights_only=False) if rank == 0 else None,
+                                        src_rank=0)
+        else:  # global saved, loaded by every rank
+            loader.restore_state_global(torch.load(out / "state.pt", weights_only=False))
+    it = iter(loader)
+    keys = [next(it) for _ in range(3 * G // (2 * world))]
+    if phase == "save":
+        if scenario == "rank":
+            torch.save(loader.save_state_rank(), out / f"state-{rank}.pt")
+        else:
+            state = loader.save_state_global(global_dst_rank=0)
+            if rank == 0:
+                torch.save(state, out / "state.pt")
+    (out / f"{phase}-{rank}.json").write_text(json.dumps(keys))
+
+
+@pytest.mark.parametrize("scenario", ["rank", "global-src0", "global-every"])
+def test_energon_save_restore_scenarios_in_real_processes(texts, tmp_path, scenario):
+    G = 12
+    run_local(_scenario, 2, str(texts), str(tmp_path), scenario, "save", G, timeout=180)
+    run_local(_scenario, 3, str(texts), str(tmp_path), scenario, "resume", G, timeout=180)  # elastic: 2 -> 3 ranks
+    got = []
+    for phase, world in (("save", 2), ("resume", 3)):
+        steps = [json.loads((tmp_path / f"{phase}-{r}.json").read_text()) for r in range(world)]
+        got += [k for step in zip(*steps) for batch in step for k in batch]
+    reference = regroup(global_batches(texts, 1, 0, count=6, G=G, m=12), G)
+    assert chunks(got, G) == reference
+
+
+def test_an_energon_script_runs_by_changing_only_its_import(texts, tmp_path):
+    original = (TESTS / "energon_script.py").read_text()
+    changed = original.replace("from megatron.energon import", "from datareel.energon import")
+    assert sum(a != b for a, b in zip(original.splitlines(), changed.splitlines())) == 1
+    ours = tmp_path / "ours.py"
+    ours.write_text(changed)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+
+    def torchrun(script, nproc, out, *args):
+        out.mkdir(exist_ok=True)
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+               "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), str(texts), str(out), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    torchrun(TESTS / "energon_script.py", 2, tmp_path / "energon", "3")  # the original, on Energon itself
+    assert json.loads((tmp_path / "energon" / "consumed-0.json").read_text())
+    run = tmp_path / "datareel"
+    torchrun(ours, 2, run, "3", "--global-batch-size", "8")
+    first = [json.loads((run / f"consumed-{r}.json").read_text()) for r in range(2)]
+    got = [k for step in zip(*first) for batch in step for k in batch]
+    assert len(got) == 3 * 8
+    torchrun(ours, 1, run, "2", "--restore", "--global-batch-size", "8")  # resume on another world size
+    resumed = json.loads((run / "consumed-0.json").read_text())
+    got += [k for batch in resumed for k in batch]
+    reference = regroup(global_batches(texts, 1, 0, count=5, G=8, m=8), 8)
+    assert chunks(got, 8) == reference
