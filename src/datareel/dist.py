@@ -88,3 +88,29 @@ def global_rank(group: Any, group_rank: int) -> int:
     if group is None or group is torch_dist.group.WORLD:
         return group_rank
     return torch_dist.get_global_rank(group, group_rank)
+
+
+def check_agreement(states: list[Any], what: str) -> None:
+    """Raise on every rank unless all gathered states are present and identical."""
+    missing = [r for r, st in enumerate(states) if st is None]
+    if missing:
+        raise DatareelError(f"{what}: ranks {missing} passed no state; every rank must pass the saved state")
+    if all(st == states[0] for st in states):
+        return
+    cursors = [st.get("cursor") if isinstance(st, dict) else st for st in states]
+    values = sorted(set(map(repr, cursors)))
+    if len(values) > 1:
+        majority = max(values, key=lambda v: sum(repr(c) == v for c in cursors))
+        odd = {r: c for r, c in enumerate(cursors) if repr(c) != majority}
+        raise DatareelError(
+            f"{what}: ranks disagree on the reel cursor: "
+            + ", ".join(f"rank {r} at {c}" for r, c in odd.items())
+            + f" while the other ranks are at {majority} (cursors by rank: {cursors}); a rank "
+            f"consumed a different number of micro-batches, so no consistent checkpoint exists. "
+            f"Make every rank take the same number of batches before saving."
+        )
+    odd_ranks = [r for r, st in enumerate(states) if st != states[0]]
+    raise DatareelError(
+        f"{what}: ranks {odd_ranks} hold a state whose spec differs from rank 0's; every rank "
+        f"must build its loader with the same dataset, seed, shuffle and global_batch_size"
+    )

@@ -284,7 +284,7 @@ class Loader:
         state = self.state_dict()
         dist.check_group(self.group, self.world_size)
         if dist.initialised():
-            _check_agreement(dist.gather_to_all(state, self.group), "save_state_global")
+            dist.check_agreement(dist.gather_to_all(state, self.group), "save_state_global")
         return state if self.rank == dst_rank else None
 
     def restore_state_global(self, state: dict[str, Any] | None, src_rank: int | None = 0) -> None:
@@ -301,7 +301,7 @@ class Loader:
             self.load_state_dict(state)
             return
         if src_rank is None:
-            _check_agreement(dist.gather_to_all(state, self.group), "restore_state_global(src_rank=None)")
+            dist.check_agreement(dist.gather_to_all(state, self.group), "restore_state_global(src_rank=None)")
         else:
             state = dist.broadcast(state if self.rank == src_rank else None, src_rank, self.group)
             if state is None:
@@ -319,32 +319,6 @@ class Loader:
     def restore_state_rank(self, state: dict[str, Any]) -> None:
         """Alias of :meth:`load_state_dict` (Energon's name)."""
         self.load_state_dict(state)
-
-
-def _check_agreement(states: list[Any], what: str) -> None:
-    """Raise on every rank unless all gathered states are present and identical."""
-    missing = [r for r, st in enumerate(states) if st is None]
-    if missing:
-        raise DatareelError(f"{what}: ranks {missing} passed no state; every rank must pass the saved state")
-    if all(st == states[0] for st in states):
-        return
-    cursors = [st.get("cursor") if isinstance(st, dict) else st for st in states]
-    values = sorted(set(map(repr, cursors)))
-    if len(values) > 1:
-        majority = max(values, key=lambda v: sum(repr(c) == v for c in cursors))
-        odd = {r: c for r, c in enumerate(cursors) if repr(c) != majority}
-        raise DatareelError(
-            f"{what}: ranks disagree on the reel cursor: "
-            + ", ".join(f"rank {r} at {c}" for r, c in odd.items())
-            + f" while the other ranks are at {majority} (cursors by rank: {cursors}); a rank "
-            f"consumed a different number of micro-batches, so no consistent checkpoint exists. "
-            f"Make every rank take the same number of batches before saving."
-        )
-    odd_ranks = [r for r, st in enumerate(states) if st != states[0]]
-    raise DatareelError(
-        f"{what}: ranks {odd_ranks} hold a state whose spec differs from rank 0's; every rank "
-        f"must build its loader with the same dataset, seed, shuffle and global_batch_size"
-    )
 
 
 class _LoaderIterator:
