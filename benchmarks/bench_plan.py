@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=1_000_000, help="positions per resolve call")
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
-    print(f"| source size | start position | datareel plan, M positions/s | baseline materialised permutation, M positions/s |")
+    print("| source size | start position | datareel plan, M positions/s | baseline materialised permutation, M positions/s |")
     print("|---|---|---|---|")
     for n, start in ((1_000_000, 0), (1_000_000, 10**12), (2**20 + 1, 0), (10**9, 10**15)):
         plan = ReelPlan.single(size=n, name="bench", seed=7, shuffle=True)

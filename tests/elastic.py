@@ -102,7 +102,7 @@ def check_restore_everywhere(
 
     second = after.loaders(dataset, **common)
     restored = refused = 0
-    for records_before, state_json in steps:
+    for _records, state_json in steps:
         state = json.loads(state_json)
         cursor = state["cursor"]
         try:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import datareel
 from datareel import DatareelError, StateMismatchError
 from datareel import energon as den
 from datareel.launch import free_port, run_local

@@ -114,8 +114,8 @@ def test_epochized_blend_matches_energon(world):
 
 def test_documented_shapes_parse(world):
     (world / "sub").mkdir(exist_ok=True)
-    inner = write(world / "sub" / "inner.yaml", {"train": {"path": "../laion", "subflavors": {"src": "inner", "k": 1}},
-                                                "val": {"path": "../coco"}})
+    write(world / "sub" / "inner.yaml", {"train": {"path": "../laion", "subflavors": {"src": "inner", "k": 1}},
+                                         "val": {"path": "../coco"}})
     mds = write(world / "shapes.yaml", {
         "train": {"blend": [
             {"weight": 2, "path": "coco", "split_part": "val", "subflavors": {"src": "coco-val"}},
