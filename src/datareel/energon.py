@@ -121,9 +121,8 @@ def get_train_dataset(
     gradient accumulation).  With it, a checkpoint restores on any world size
     that divides it; without it, restoring on another world size is refused.
     """
-    kwargs.update(shuffle_buffer_size=shuffle_buffer_size, max_samples_per_sequence=max_samples_per_sequence)
-    open_kwargs = _check_common({k: v for k, v in kwargs.items() if v is not None or k not in _BUFFER_ARGS},
-                                "get_train_dataset")
+    buffers = {"shuffle_buffer_size": shuffle_buffer_size, "max_samples_per_sequence": max_samples_per_sequence}
+    open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
     _check_encoder(task_encoder, packing_buffer_size, "get_train_dataset")
     if shuffle_over_epochs_multiplier not in (1, None):
         raise DatareelError(
