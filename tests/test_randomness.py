@@ -73,3 +73,17 @@ def test_without_reseeding_only_the_keyed_generators_are_deterministic():
 def test_generators_outside_a_sample_are_refused():
     with pytest.raises(datareel.SampleContextError):
         datareel.sample_torch_generator()
+
+
+def test_reseeding_leaves_the_callers_global_generators_alone():
+    loader = datareel.Loader(data(), global_batch_size=4, micro_batch_size=4, seed=1, task_encoder=GlobalRandomness(),
+                             reseed_global_rng=True)  # num_workers=0: samples are encoded in this process
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    random.seed(5)
+    np.random.seed(5)
+    torch.manual_seed(5)
+    next(iter(loader))
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected

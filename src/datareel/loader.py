@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 
 from . import dist
@@ -218,6 +219,9 @@ class Loader:
                 batch_size=None,
                 sampler=DescriptorSampler(self),
                 collate_fn=passthrough,
+                # its own generator: DataLoader draws a worker base seed per iterator, which would otherwise
+                # advance the training loop's global torch generator (datareel needs no worker seeds)
+                generator=torch.Generator().manual_seed(self.seed),
                 **self.workers.dataloader_kwargs(),
             )
         return self._dataloader

@@ -39,12 +39,18 @@ def sample_context(seed: int, position: int, *, pack: bool = False, reseed_globa
     previous = getattr(_local, "context", None)
     context = _Context(seed, position, DOMAIN_PACK if pack else DOMAIN_SAMPLE)
     _local.context = context
-    if reseed_global:
+    saved = None
+    if reseed_global:  # the caller's global generators (the training loop's, with num_workers=0) are kept
+        saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
         reseed_global_rngs(context)
     try:
         yield
     finally:
         _local.context = previous
+        if saved is not None:
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+            torch.set_rng_state(saved[2])
 
 
 def reseed_global_rngs(context: _Context) -> None:
