@@ -44,12 +44,19 @@ class Blend:
             out.extend(child.leaves() if isinstance(child, Blend) else [child])
         return out
 
+    kind: str
+    param_name: str | None = None  # the field holding each child's weight or repetitions
+
     def describe(self) -> dict[str, Any]:
-        raise NotImplementedError
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name}
+        if self.param_name:
+            out[self.param_name] = list(self.params())
+        out["children"] = [c.describe() for c in self.children]
+        return out
 
     def params(self) -> tuple[Any, ...]:
         """Each child's weight, repetitions or ``None``."""
-        return (None,) * len(self.children)
+        return getattr(self, self.param_name) if self.param_name else (None,) * len(self.children)
 
     def summary(self) -> list[list[Any]]:
         """Per child ``[name, weight or repetitions, digest]``: what mismatch messages compare."""
@@ -88,11 +95,11 @@ def _check_children(items: Any, what: str, number: str) -> list[tuple[Any, Any]]
     return items
 
 
-def _number(value: Any, label: str, positive: bool = True) -> float:
+def _number(value: Any, label: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise DatareelError(f"{label}={value!r} must be a finite number")
-    if value < 0 or (positive and value == 0):
-        raise DatareelError(f"{label}={value!r} must be {'positive' if positive else 'non-negative'}")
+    if value <= 0:
+        raise DatareelError(f"{label}={value!r} must be positive")
     return float(value)
 
 
@@ -104,13 +111,8 @@ class Mix(Blend):
     weights: tuple[float, ...]
     name: str
 
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "mix", "name": self.name, "weights": list(self.weights),
-                "children": [c.describe() for c in self.children]}
-
-    def params(self) -> tuple[Any, ...]:
-        return self.weights
-
+    kind = "mix"
+    param_name = "weights"
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,13 +124,8 @@ class EpochizedMix(Blend):
     counts: tuple[int, ...]
     name: str
 
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "mix_epochized", "name": self.name, "repetitions": list(self.repetitions),
-                "children": [c.describe() for c in self.children]}
-
-    def params(self) -> tuple[Any, ...]:
-        return self.repetitions
-
+    kind = "mix_epochized"
+    param_name = "repetitions"
 
     def size_hint(self) -> int:
         return sum(self.counts)
@@ -141,9 +138,7 @@ class Concat(Blend):
     children: tuple[Union[Source, Blend], ...]
     name: str
 
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "concat", "name": self.name, "children": [c.describe() for c in self.children]}
-
+    kind = "concat"
 
     def size_hint(self) -> int:
         return sum(_length(c) for c in self.children)
@@ -206,7 +201,7 @@ def build_plan(dataset: Union[Source, Blend], *, seed: int, shuffle: bool) -> tu
         return plan, [dataset]
     leaves: list[Source] = []
     root = _node(dataset, seed, shuffle, leaves, "0")
-    return ReelPlan(root=root, epoch_length=_epoch_length(dataset)), leaves
+    return ReelPlan(root=root, epoch_length=dataset.size_hint()), leaves
 
 
 def _shuffles(source: Source, default: bool) -> bool:
@@ -248,11 +243,3 @@ def _tree(nodes: list[Node], weights: list[Fraction], *, exact: bool, where: str
     left = _tree(nodes[:half], weights[:half], exact=exact, where=where)
     right = _tree(nodes[half:], weights[half:], exact=exact, where=where)
     return SplitNode(left=left, right=right, a=share.numerator, b=share.denominator)
-
-
-def _epoch_length(ds: Union[Source, Blend]) -> int | None:
-    if isinstance(ds, Source):
-        return len(ds)
-    if isinstance(ds, Mix):
-        return None
-    return ds.size_hint()
