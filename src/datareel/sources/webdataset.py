@@ -120,11 +120,16 @@ class WebDatasetSource(Source):
         if self._pid != os.getpid():  # first use in this process (e.g. a worker after fork)
             self._pid, self._files, self._indices = os.getpid(), {}, {}
 
-    def _range(self, s: int, local: int) -> tuple[int, int]:
+    def _index(self, s: int) -> np.ndarray:
+        """Shard ``s``'s offsets, mapped once per process. -> uint64[count + 1]"""
         self._handles()
         idx = self._indices.get(s)
         if idx is None:
             idx = self._indices[s] = read_index(Path(f"{self.root / self.shards[s]}.idx"))
+        return idx
+
+    def _range(self, s: int, local: int) -> tuple[int, int]:
+        idx = self._index(s)
         return int(idx[local]), int(idx[local + 1])
 
     def _pread(self, s: int, start: int, stop: int) -> bytes:
@@ -167,12 +172,10 @@ class WebDatasetSource(Source):
 
     def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
         """Bytes of each sample's tar members (headers included). indices: int64[k] -> int64[k]."""
-        self._handles()
         shard, local = self.locate_many(indices)
         out = np.empty(len(shard), dtype=np.int64)
         for s in np.unique(shard).tolist():
-            self._range(s, 0)  # maps the shard's index
-            idx = self._indices[s]
+            idx = self._index(s)
             mask = shard == s
             out[mask] = idx[local[mask] + 1].astype(np.int64) - idx[local[mask]].astype(np.int64)
         return out
