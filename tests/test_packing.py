@@ -248,3 +248,95 @@ def test_length_index_for_jsonl(tmp_path):
     ds = datareel.open_dataset(path)
     assert lengths_of(ds, np.array([2, 0]), "index").tolist() == [15, 4]
     assert lengths_of(ds, np.array([0]), "bytes").tolist() == [len(json.dumps({"text": "zzzz"})) + 1]
+
+
+# -- regressions: empty packs, double-counted drops, whole-pass planning on restore ----------------
+
+class StrictPacker(Packer):
+    """Refuses what no task encoder should ever be handed: an empty pack."""
+
+    def pack_selected_samples(self, samples):
+        if not samples:
+            raise AssertionError("pack_selected_samples([]) was called")
+        return super().pack_selected_samples(samples)
+
+
+@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
+def test_a_window_whose_samples_are_all_dropped_yields_no_pack():
+    packs, dropped = plan_window(np.array([31, 40]), 30, "drop")
+    assert packs == [] and dropped.tolist() == [0, 1]
+    assert first_fit_decreasing(np.zeros(0, dtype=np.int64), 30) == []
+    # the issue's example: window 1 holds only the over-long sample
+    data, length = lengths_dataset([31] + [10] * 8)
+    loader = datareel.Loader(data, global_batch_size=3, micro_batch_size=3, repeat=False, shuffle=False,
+                             task_encoder=StrictPacker(),
+                             packing=Packing(max_length=30, length=length, window=1, over_length="drop"))
+    packs = [ids for batch in loader for ids in batch["ids"]]
+    assert packs == [[i] for i in range(1, 9)] and loader.dropped == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=120), cap=st.integers(5, 30),
+       window=st.integers(1, 12), policy=st.sampled_from(["own_pack", "drop", "truncate"]),
+       m=st.integers(1, 3), W=st.integers(1, 3), repeat=st.booleans())
+def test_every_pack_is_non_empty_and_within_max_length(lengths, cap, window, policy, m, W, repeat):
+    data, length = lengths_dataset(lengths)
+    table = dict(enumerate(lengths))
+    loaders = [datareel.Loader(data, global_batch_size=m * W, micro_batch_size=m, rank=r, world_size=W, seed=2,
+                               repeat=repeat, task_encoder=StrictPacker(),
+                               packing=Packing(max_length=cap, length=length, window=window, over_length=policy))
+               for r in range(W)]
+    for loader in loaders:
+        it = iter(loader)
+        for _ in range(40):
+            batch = next(it, None)
+            if batch is None:
+                break
+            for ids in batch["ids"]:
+                assert ids, "an empty pack was handed out"
+                total = sum(min(table[i], cap) if policy == "truncate" else table[i] for i in ids)
+                assert total <= cap or (len(ids) == 1 and policy == "own_pack")
+
+
+@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
+@pytest.mark.parametrize("workers", [0, 1])
+def test_dropped_counts_each_sample_once_when_the_pass_ends_on_a_step_boundary(workers):
+    lengths = [50 if i % 10 == 0 else 5 for i in range(200)]
+    data, length = lengths_dataset(lengths)
+    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, repeat=False, num_workers=workers,
+                             task_encoder=Packer(),
+                             packing=Packing(max_length=20, length=length, window=10, over_length="drop"))
+    seen = sorted(i for batch in loader for ids in batch["ids"] for i in ids)
+    assert seen == [i for i in range(200) if i % 10]
+    assert loader.dropped == 20
+    assert list(loader) == [] and loader.dropped == 20  # a finished pass plans nothing again
+
+
+@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
+def test_restoring_a_finite_packed_loader_plans_one_window():
+    lengths = np.random.default_rng(1).integers(1, 9, 400)
+    calls = []
+
+    def counted(source, indices):
+        calls.append(len(indices))
+        return lengths[indices]
+
+    data = datareel.from_sequence([{"id": i, "len": int(n)} for i, n in enumerate(lengths)], name="docs")
+
+    def make():
+        return datareel.Loader(data, global_batch_size=2, micro_batch_size=2, repeat=False, task_encoder=Packer(),
+                               packing=Packing(max_length=16, length=counted, window=10))
+
+    loader = make()
+    it = iter(loader)
+    for _ in range(30):
+        next(it)
+    state = loader.state_dict()
+    fresh = make()
+    calls.clear()
+    fresh.load_state_dict(state)
+    assert sum(calls) <= 10, f"load_state_dict planned {sum(calls)} samples' lengths (one window is 10)"
+    calls.clear()
+    batch = next(iter(fresh))
+    assert sum(calls) <= 20 and batch["__positions__"].tolist() == [60, 61]
