@@ -16,7 +16,7 @@ import numpy as np
 
 import datareel
 from datareel.blend import build_plan
-from datareel.packing import Packing, PackedReel
+from datareel.reel import PackedReel, Packing
 
 
 def main() -> None:

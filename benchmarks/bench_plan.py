@@ -12,7 +12,7 @@ import argparse
 import numpy as np
 
 from _timing import measure, summary
-from datareel.plan.reel import ReelPlan
+from datareel.plan.nodes import ReelPlan
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from datareel import demo
+from datareel.cli import demo
 
 
 def test_demo_command_passes():

@@ -1,6 +1,6 @@
 """Real processes talking through torch.distributed (gloo on 127.0.0.1).
 
-Each test starts its processes through datareel.launch.run_local or a torchrun
+Each test starts its processes through datareel.testing.run_local or a torchrun
 subprocess in its own session, and ends every one of them, also on failure.
 """
 
@@ -20,10 +20,10 @@ import pytest
 import torch.distributed.checkpoint as dcp
 
 import datareel
-from datareel.demo import (Job, NoisyEncoder, Phase, TokenFile, assemble, job_loaders, run_phase_distributed, run_scenario,
+from datareel.cli.demo import (Job, NoisyEncoder, Phase, TokenFile, assemble, job_loaders, run_phase_distributed, run_scenario,
                            write_dataset)
-from datareel.launch import free_port, run_local
-from datareel.simulate import unbatch
+from datareel.testing import free_port, run_local
+from datareel.testing import unbatch
 
 ROOT = Path(__file__).resolve().parents[1]
 G, SEED = 24, 99

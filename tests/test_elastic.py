@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datareel
-from datareel.prepare import prepare_webdataset
-from elastic import Topology, check_restore_everywhere
+from datareel.cli.prepare import prepare_webdataset
+from datareel.testing import Topology, check_restore_everywhere
 from wds_helpers import build_shards
 
 

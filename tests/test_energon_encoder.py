@@ -11,8 +11,8 @@ from megatron.energon import Batch, CaptioningSample, Cooker, DefaultTaskEncoder
 
 import datareel
 from datareel import DatareelError
-from datareel.prepare import prepare_webdataset
-from elastic import Topology, check_restore_everywhere
+from datareel.cli.prepare import prepare_webdataset
+from datareel.testing import Topology, check_restore_everywhere
 from wds_helpers import build_shards
 
 

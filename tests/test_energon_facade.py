@@ -14,8 +14,8 @@ import torch
 
 from datareel import DatareelError, StateMismatchError
 from datareel import energon as den
-from datareel.launch import free_port, run_local
-from datareel.prepare import prepare_webdataset
+from datareel.testing import free_port, run_local
+from datareel.cli.prepare import prepare_webdataset
 from wds_helpers import write_shard
 
 TESTS = Path(__file__).resolve().parent

@@ -7,10 +7,10 @@ import logging
 import pytest
 
 import datareel
-from datareel.simulate import to_python
+from datareel.testing import to_python
 from datareel import DatareelError
-from datareel.prepare import prepare_webdataset
-from elastic import Topology, check_restore_everywhere
+from datareel.cli.prepare import prepare_webdataset
+from datareel.testing import Topology, check_restore_everywhere
 from wds_helpers import write_shard
 
 BAD = {7, 19}

@@ -7,7 +7,7 @@ import pytest
 
 import datareel
 from datareel import DatareelError, StateMismatchError
-from elastic import Topology, check_restore_everywhere
+from datareel.testing import Topology, check_restore_everywhere
 
 
 def docs(n=60):

@@ -4,6 +4,11 @@ The states in ``tests/data/golden_states.json`` were written before the reel red
 ``tests/golden.py``).  Each must (1) be written byte for byte again by the same recipe today, and
 (2) restore into a loader built by the same recipe, on another topology too, and continue with
 the very batch the old code produced next.
+
+One change is deliberate: a packing *length function* used to be fingerprinted by its bare
+``__qualname__`` and is now ``{"function": "module.qualname", "lengths": digest}`` (so a changed
+tokenizer behind the same name is refused).  Old states naming the function still restore (by
+name, with a warning); :func:`today` is the old state with only that field rewritten.
 """
 
 from __future__ import annotations
@@ -16,6 +21,17 @@ from golden import GOLDEN, build, plain
 
 ENTRIES = json.loads(GOLDEN.read_text())["entries"]
 IDS = [f"{e['recipe']}-{e['steps']}" for e in ENTRIES]
+
+
+def today(old_json: str, written: dict) -> str:
+    """The golden state as today's code writes it: identical but for a length function's new fingerprint."""
+    old = json.loads(old_json)
+    length = old["spec"].get("packing", {}).get("length")
+    if isinstance(length, str) and length not in ("index", "bytes"):
+        new = written["spec"]["packing"]["length"]
+        assert new["function"].endswith(f".{length}") and len(new["lengths"]) == 16
+        old["spec"]["packing"]["length"] = new
+    return json.dumps(old, sort_keys=True)
 
 
 @pytest.fixture(scope="module")
@@ -31,22 +47,19 @@ def test_the_same_recipe_writes_the_same_state_bytes(entry, tmp):
         next(it)
     if entry["next_batch"] is None:  # the recorded state was taken after the pass ended
         assert next(it, None) is None
-    assert json.dumps(loader.state_dict(), sort_keys=True) == entry["state"]
+    state = loader.state_dict()
+    assert json.dumps(state, sort_keys=True) == today(entry["state"], state)
     loader.close()
 
 
-AT_END = [pytest.param(e, marks=pytest.mark.xfail(strict=True, reason="0.1.0 re-serves the last partial step "
-                                                  "after the end and refuses the end cursor on other layouts"))
-          if e["next_batch"] is None else e for e in ENTRIES]
-
-
-@pytest.mark.parametrize("entry", AT_END, ids=IDS)
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 @pytest.mark.parametrize("topology", [dict(world_size=2, micro_batch_size=2), dict(world_size=1, micro_batch_size=4)])
 def test_an_old_state_restores_onto_the_same_continuation(entry, topology, tmp):
     state = json.loads(entry["state"])
     loader = build(entry["recipe"], tmp, **topology)
     loader.load_state_dict(state)
-    assert json.dumps(loader.state_dict(), sort_keys=True) == entry["state"]  # restored verbatim
+    now = loader.state_dict()
+    assert json.dumps(now, sort_keys=True) == today(entry["state"], now)  # restored verbatim
     batch = next(iter(loader), None)
     expected = entry["next_batch"]
     if expected is None:

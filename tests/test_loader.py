@@ -10,7 +10,7 @@ import torch
 
 import datareel
 from datareel import DatareelError, Loader, SampleContextError, TopologyError
-from datareel.simulate import make_ranks, take_global_batches
+from datareel.testing import make_ranks, take_global_batches
 
 
 def records(n):

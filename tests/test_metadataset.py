@@ -12,7 +12,7 @@ import yaml
 import datareel
 from datareel import DatareelError
 from datareel.blend import Concat, EpochizedMix, Mix, build_plan
-from datareel.prepare import prepare_webdataset
+from datareel.cli.prepare import prepare_webdataset
 from datareel.sources.view import SourceView
 from wds_helpers import energon_samples, write_shard
 

@@ -14,7 +14,7 @@ import datareel
 from datareel import DatareelError, StateMismatchError
 from datareel.blend import build_plan
 from datareel.plan.split import left_count, split
-from elastic import Topology, check_restore_everywhere
+from datareel.testing import Topology, check_restore_everywhere
 
 
 def seq(n, name):

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import datareel
 from datareel import DatareelError, Packing, StateMismatchError
 from datareel.plan.pack import first_fit_decreasing, plan_window
-from datareel.prepare import prepare_webdataset
-from elastic import Topology, check_restore_everywhere
+from datareel.cli.prepare import prepare_webdataset
+from datareel.testing import Topology, check_restore_everywhere
 from wds_helpers import write_shard
 
 TESTS = Path(__file__).resolve().parent
@@ -226,8 +226,8 @@ def test_length_index_prepare_load_and_stale_refusal(tmp_path):
     assert len([p for b in by_bytes for p in b]) == 2  # each sample takes >= 1 KiB of tar: four per pack
     write_shard(tmp_path / "a.tar", [(f"k{i:03d}", {"txt": b"y" * (n + 1)}) for i, n in enumerate(lengths)])
     prepare_webdataset(tmp_path, progress=False, overwrite=True)
-    from datareel import lengths as lengths_module
-    lengths_module._cache.clear()
+    from datareel.sources.lengths import forget_index
+    forget_index(tmp_path / ".nv-meta/lengths.npy")
     fresh = datareel.Loader(datareel.open_dataset(tmp_path), global_batch_size=1, micro_batch_size=1,
                             task_encoder=TextPacker(), packing=Packing(max_length=32, length="index"))
     with pytest.raises(DatareelError, match="stale"):
@@ -237,8 +237,9 @@ def test_length_index_prepare_load_and_stale_refusal(tmp_path):
 def test_length_index_for_jsonl(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"text": "z" * n}) + "\n" for n in (4, 8, 15)))
-    from datareel.lengths import compute_length_index, lengths_of
-    from datareel.prepare import prepare_jsonl
+    from datareel.cli.lengths import compute_length_index
+    from datareel.sources.lengths import lengths_of
+    from datareel.cli.prepare import prepare_jsonl
     prepare_jsonl(path)
     sys.path.insert(0, str(TESTS))
     try:
@@ -261,7 +262,6 @@ class StrictPacker(Packer):
         return super().pack_selected_samples(samples)
 
 
-@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
 def test_a_window_whose_samples_are_all_dropped_yields_no_pack():
     packs, dropped = plan_window(np.array([31, 40]), 30, "drop")
     assert packs == [] and dropped.tolist() == [0, 1]
@@ -275,7 +275,6 @@ def test_a_window_whose_samples_are_all_dropped_yields_no_pack():
     assert packs == [[i] for i in range(1, 9)] and loader.dropped == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
 @settings(max_examples=60, deadline=None)
 @given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=120), cap=st.integers(5, 30),
        window=st.integers(1, 12), policy=st.sampled_from(["own_pack", "drop", "truncate"]),
@@ -287,6 +286,10 @@ def test_every_pack_is_non_empty_and_within_max_length(lengths, cap, window, pol
                                repeat=repeat, task_encoder=StrictPacker(),
                                packing=Packing(max_length=cap, length=length, window=window, over_length=policy))
                for r in range(W)]
+    if repeat and policy == "drop" and all(n > cap for n in lengths):  # never a pack: refused, not a hang
+        with pytest.raises(DatareelError, match="dropped every sample"):
+            next(iter(loaders[0]))
+        return
     for loader in loaders:
         it = iter(loader)
         for _ in range(40):
@@ -299,7 +302,6 @@ def test_every_pack_is_non_empty_and_within_max_length(lengths, cap, window, pol
                 assert total <= cap or (len(ids) == 1 and policy == "own_pack")
 
 
-@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
 @pytest.mark.parametrize("workers", [0, 1])
 def test_dropped_counts_each_sample_once_when_the_pass_ends_on_a_step_boundary(workers):
     lengths = [50 if i % 10 == 0 else 5 for i in range(200)]
@@ -313,15 +315,18 @@ def test_dropped_counts_each_sample_once_when_the_pass_ends_on_a_step_boundary(w
     assert list(loader) == [] and loader.dropped == 20  # a finished pass plans nothing again
 
 
-@pytest.mark.xfail(strict=True, reason="bug of 0.1.0 (issue 10), fixed by the reel redesign")
-def test_restoring_a_finite_packed_loader_plans_one_window():
+def test_restoring_a_finite_packed_loader_plans_one_window(monkeypatch):
+    import datareel.reel.packed as packed_module
+
     lengths = np.random.default_rng(1).integers(1, 9, 400)
-    calls = []
+    calls, plans = [], []
 
     def counted(source, indices):
         calls.append(len(indices))
         return lengths[indices]
 
+    real_plan_window = packed_module.plan_window
+    monkeypatch.setattr(packed_module, "plan_window", lambda *a: plans.append(1) or real_plan_window(*a))
     data = datareel.from_sequence([{"id": i, "len": int(n)} for i, n in enumerate(lengths)], name="docs")
 
     def make():
@@ -334,9 +339,22 @@ def test_restoring_a_finite_packed_loader_plans_one_window():
         next(it)
     state = loader.state_dict()
     fresh = make()
-    calls.clear()
+    calls.clear(), plans.clear()
     fresh.load_state_dict(state)
-    assert sum(calls) <= 10, f"load_state_dict planned {sum(calls)} samples' lengths (one window is 10)"
-    calls.clear()
+    assert len(plans) == 1, f"load_state_dict planned {len(plans)} windows"
+    # lengths of the cursor's window, and of the first window for the length function's fingerprint digest
+    assert sum(calls) <= 20, f"load_state_dict computed {sum(calls)} samples' lengths (a window is 10)"
+    calls.clear(), plans.clear()
     batch = next(iter(fresh))
-    assert sum(calls) <= 20 and batch["__positions__"].tolist() == [60, 61]
+    assert len(plans) <= 1 and batch["__positions__"].tolist() == [60, 61]
+
+
+def test_an_endless_packed_reel_that_can_never_yield_a_pack_raises_instead_of_hanging():
+    data, length = lengths_dataset([50, 60, 70])
+    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=Packer(),
+                             packing=Packing(max_length=10, length=length, window=100, over_length="drop"))
+    with pytest.raises(DatareelError, match=r"dropped every sample of \d+ consecutive windows.*max_length=10"):
+        next(iter(loader))
+    finite = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=Packer(), repeat=False,
+                             packing=Packing(max_length=10, length=length, window=2, over_length="drop"))
+    assert list(finite) == [] and finite.dropped == 3 and len(finite) == 0

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datareel.plan.epochs import source_indices
-from datareel.plan.reel import ReelPlan
+from datareel.plan.nodes import ReelPlan
 
 
 @settings(max_examples=100, deadline=None)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import datareel
-from datareel.simulate import to_python
-from elastic import Topology, check_restore_everywhere
+from datareel.testing import to_python
+from datareel.testing import Topology, check_restore_everywhere
 
 
 class GlobalRandomness:

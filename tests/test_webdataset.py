@@ -16,7 +16,7 @@ import yaml
 
 import datareel
 from datareel import DatareelError
-from datareel.prepare import prepare_webdataset
+from datareel.cli.prepare import prepare_webdataset
 from datareel.sources.tarparse import split_name
 from wds_helpers import build_shards, energon_prepare, energon_samples, sample_parts, write_shard
 
@@ -237,7 +237,7 @@ def test_non_utf8_text(tmp_path):
         ds.read(1)
     (tmp_path / "bad.jsonl").write_bytes(b'{"a": 1}\n{"b": "\xff"}\n')
     with pytest.raises(DatareelError, match=r"bad\.jsonl line 2: not valid UTF-8"):
-        from datareel.prepare import prepare_jsonl
+        from datareel.cli.prepare import prepare_jsonl
         prepare_jsonl(tmp_path / "bad.jsonl")
 
 

@@ -3,38 +3,53 @@
 The public API::
 
     datareel.from_sequence(seq, name=...)   # a dataset from any sequence
-    datareel.open_dataset(path, split=...)  # Energon / WebDataset directory, .jsonl
+    datareel.open_dataset(path, split=...)  # Energon / WebDataset directory, .jsonl, metadataset .yaml
     datareel.mix([(ds, weight), ...])       # weighted blend (endless), nestable
     datareel.mix_epochized([(ds, reps)])    # blend with a finite meta-epoch
     datareel.concat([ds, ...])              # one after another
-    datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
     datareel.filter(ds, predicate)          # static filter on metadata (key, length)
+    datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
     datareel.Packing(max_length, ...)       # length-planned packing: Loader(packing=...)
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.sample_torch_generator()       # the same, as a torch.Generator
     datareel.TaskEncoder                    # the task-encoder protocol
-    datareel.DatareelError, datareel.StateMismatchError, datareel.TopologyError
+    datareel.DatareelError (root), OptionError, DatasetError, TopologyError, StateMismatchError
+
+The layers (a module imports only from the ones listed above it)::
+
+    errors.py   the exception types and argument checks
+    plan/       L2 pure order math: permute, epochs, split, nodes (the reel plan), pack planning, layout
+    sources/    L1 random-access I/O: len(), read(i), key(i), describe(); filters; lengths (read side)
+    blend/      the dataset trees users compose: mix, mix_epochized, concat, metadataset, open_dataset
+    reel/       L3 Cursor + the Reel protocol (plain, packed): a rank's (descriptor, cursor after) stream
+    execute/    L4 worker side: descriptor -> batch; task-encoder protocol; per-sample randomness
+    state.py    the state format and fingerprint checks;  dist.py  torch.distributed
+    loader.py   L5 DataLoader glue; the cursor queue; state_dict / load_state_dict
+    energon.py  Energon's loader API over datareel
+    cli/        datareel prepare, info, demo (and the length-index builder)
+    testing/    shipped helpers: check_restore_everywhere, several ranks in one process, local gloo launcher
 """
 
-from .blend import Blend, concat, mix, mix_epochized
-from .encoder import DefaultTaskEncoder, TaskEncoder
-from .errors import DatareelError, SampleContextError, StateMismatchError, TopologyError
-from .filters import SampleMeta, filter
+from .blend import Blend, concat, mix, mix_epochized, open_dataset
+from .errors import DatareelError, DatasetError, OptionError, SampleContextError, StateMismatchError, TopologyError
+from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
 from .loader import Loader
-from .packing import Packing
-from .sample import sample_rng, sample_torch_generator
-from .sources import Source, from_sequence, open_dataset
+from .reel import Packing
+from .sources import Source, from_sequence
+from .sources.filters import SampleMeta, filter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Blend",
     "DatareelError",
+    "DatasetError",
     "DefaultTaskEncoder",
     "Loader",
+    "OptionError",
     "Packing",
-    "SampleMeta",
     "SampleContextError",
+    "SampleMeta",
     "Source",
     "StateMismatchError",
     "TaskEncoder",

@@ -114,3 +114,34 @@ def check_agreement(states: list[Any], what: str) -> None:
         f"{what}: ranks {odd_ranks} hold a state whose spec differs from rank 0's; every rank "
         f"must build its loader with the same dataset, seed, shuffle and global_batch_size"
     )
+
+
+def save_global(loader: Any, dst_rank: int) -> dict[str, Any] | None:
+    """``loader.save_state_global``: gather and check every rank's state; return it on ``dst_rank``."""
+    if isinstance(dst_rank, bool) or not isinstance(dst_rank, int) or not 0 <= dst_rank < loader.world_size:
+        raise TopologyError(f"dst_rank={dst_rank!r} is not a rank of this loader (0 <= rank < {loader.world_size})")
+    state = loader.state_dict()
+    check_group(loader.group, loader.world_size)
+    if initialised():
+        check_agreement(gather_to_all(state, loader.group), "save_state_global")
+    return state if loader.rank == dst_rank else None
+
+
+def restore_global(loader: Any, state: dict[str, Any] | None, src_rank: int | None) -> None:
+    """``loader.restore_state_global``: one state restored on every rank of the group."""
+    check_group(loader.group, loader.world_size)
+    if not initialised():
+        if state is None:
+            raise DatareelError("restore_state_global(None): pass the state returned by save_state_global")
+        loader.load_state_dict(state)
+        return
+    if src_rank is None:
+        check_agreement(gather_to_all(state, loader.group), "restore_state_global(src_rank=None)")
+    else:
+        state = broadcast(state if loader.rank == src_rank else None, src_rank, loader.group)
+        if state is None:
+            raise DatareelError(
+                f"restore_state_global: src_rank={src_rank} passed None; pass the saved state "
+                f"on that rank (or src_rank=None to pass it on every rank)"
+            )
+    loader.load_state_dict(state)

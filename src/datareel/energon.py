@@ -17,10 +17,10 @@ from typing import Any
 
 import torch.distributed as torch_dist
 
-from .encoder import DefaultTaskEncoder
+from .execute.encoder import DefaultTaskEncoder
 from .errors import DatareelError, StateMismatchError
 from .loader import Loader
-from .sources.open import open_dataset
+from .blend.open import open_dataset
 
 log = logging.getLogger("datareel")
 

@@ -1,16 +1,37 @@
-"""The exception types datareel raises.
+"""The exception types datareel raises, and the argument checks that raise them.
 
 Every error datareel raises on purpose derives from :class:`DatareelError`, so a
 training script can catch them all with one clause.  Errors that are also a
 wrong *value* derive from :class:`ValueError` too, so generic handlers keep
-working.
+working:
+
+- :class:`OptionError` — a bad argument (to ``Loader``, ``Packing``, ``mix``, ``filter``, ...);
+- :class:`TopologyError` — batch sizes, world size or a cursor that cannot be laid out;
+- :class:`StateMismatchError` — a saved state from another spec;
+- :class:`DatasetError` — a problem with data on disk (missing shard, stale index, bad tar);
+- :class:`SampleContextError` — a per-sample helper called outside a sample.
+
+Messages give the value, the rule it breaks, and the fix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+
 
 class DatareelError(Exception):
     """Root of every error datareel raises on purpose."""
+
+
+class OptionError(DatareelError, ValueError):
+    """An argument datareel cannot accept, e.g. ``Packing(max_length=0)`` or ``on_error="skip"``."""
+
+
+class DatasetError(DatareelError):
+    """Data on disk that cannot be read as it is: a missing shard, a stale index, a damaged tar."""
 
 
 class TopologyError(DatareelError, ValueError):
@@ -34,3 +55,24 @@ class StateMismatchError(DatareelError, ValueError):
 class SampleContextError(DatareelError, RuntimeError):
     """A per-sample helper (such as :func:`datareel.sample_rng`) was called
     outside the processing of a sample."""
+
+
+def _label(name: str, value: Any, where: str | None) -> str:
+    return f"{where}({name}={value!r})" if where else f"{name}={value!r}"
+
+
+def check_int(value: Any, name: str, *, minimum: int = 0, where: str | None = None,
+              error: type[DatareelError] = OptionError) -> int:
+    """``value`` as an ``int`` if it is an integer (not a bool) ``>= minimum``; else ``error`` naming it
+    (as ``where(name=value)`` when ``where`` names the call)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise error(f"{_label(name, value, where)} must be {rule}")
+    return int(value)
+
+
+def check_choice(value: Any, name: str, choices: Collection[Any], *, where: str | None = None) -> Any:
+    """``value`` if it is one of ``choices``; else :class:`OptionError` listing them."""
+    if isinstance(value, (list, dict, set)) or value not in choices:
+        raise OptionError(f"{_label(name, value, where)} must be one of {list(choices)}")
+    return value

@@ -1,21 +1,35 @@
 """The loader state: a cursor into the reel plus the fingerprint of the spec it belongs to.
 
-Format (JSON-serialisable, the same on every rank, a few hundred bytes)::
+Format, version 1 (JSON-serialisable, the same on every rank, a few hundred bytes)::
 
-    {"format": "datareel.loader", "version": 1, "cursor": P,
-     "spec": {"seed": ..., "shuffle": ..., "global_batch_size": ...,
-              "dataset": {"name": ..., "size": ..., "digest": ...}}}
+    {"format": "datareel.loader",          # always this string
+     "version": 1,                         # the layout of this dict
+     "cursor": P,                          # positions (packs, with packing) consumed by all ranks together
+     "spec": {
+        "seed": int, "shuffle": bool, "global_batch_size": int,
+        "dataset": {"name": str,           # the dataset's name, cut to 80 characters
+                    "size": int | null,    # samples (one pass; null: an endless weighted mix)
+                    "digest": str,         # 16 hex digits over the whole dataset tree's description
+                    "sources": [[name, weight or repetitions, 6-hex digest], ...]},  # blends only, if short
+        "packing": {"max_length": int, "window": int, "over_length": str,            # with packing only
+                    "length": "index" | "bytes" | {"function": "module.qualname", "lengths": 16-hex digest}}},
+     "pack": [window, offset]}             # with packing only: the input window of the next pack, and its number
 
-``cursor`` is the number of reel positions consumed by all ranks together; the
-spec records everything that, if changed, would make ``P`` point into another
-reel or cut other global batches (invariant I6).
+The spec records everything that, if changed, would make the cursor point into
+another reel or cut other global batches (invariant I6); every field is quoted
+with what it protects (:data:`GUARANTEES`) when a restore is refused.  The key
+order above is the order written; ``tests/data/golden_states.json`` pins the bytes.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .errors import DatareelError, StateMismatchError
+from .reel.cursor import Cursor
+
+log = logging.getLogger("datareel")
 
 FORMAT = "datareel.loader"
 VERSION = 1
@@ -27,14 +41,17 @@ GUARANTEES: dict[str, str] = {
     "shuffle": "the order of the reel: switching shuffle would repeat some samples and skip others",
     "dataset": "what each reel position reads: another dataset (name, size or content) would map the cursor to other samples",
     "global_batch_size": "the global batches: with another global batch size they would differ from the uninterrupted run's",
+    "packing": "which samples each pack holds: other packing options or lengths would plan other packs, so the "
+               "cursor's (window, offset) would point at packs the saved run never made",
 }
 
 
-def make_state(cursor: int, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"format": FORMAT, "version": VERSION, "cursor": int(cursor), "spec": spec}
+def make_state(cursor: Cursor, spec: dict[str, Any]) -> dict[str, Any]:
+    fields = cursor.state_fields()
+    return {"format": FORMAT, "version": VERSION, "cursor": int(fields.pop("cursor")), "spec": spec, **fields}
 
 
-def read_state(state: Any, spec: dict[str, Any]) -> int:
+def read_state(state: Any, spec: dict[str, Any]) -> Cursor:
     """Check a saved state against the current spec and return its cursor.
 
     Raises :class:`StateMismatchError` naming every differing field.
@@ -62,12 +79,11 @@ def read_state(state: Any, spec: dict[str, Any]) -> int:
             f"that wrote it",
             {"version": (state.get("version"), VERSION)},
         )
-    cursor = state.get("cursor")
-    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
-        raise DatareelError(f"state cursor={cursor!r} must be a non-negative integer")
+    cursor = Cursor.from_state(state)
     saved = state.get("spec")
     if not isinstance(saved, dict):
         raise DatareelError(f"state spec={saved!r} must be a dict; the state is damaged")
+    saved = _upgrade(saved, spec)
     differences = {
         field: (saved.get(field), spec.get(field))
         for field in sorted(set(saved) | set(spec))
@@ -88,6 +104,26 @@ def read_state(state: Any, spec: dict[str, Any]) -> int:
             differences,
         )
     return cursor
+
+
+def _upgrade(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """Read specs written by older releases of format version 1.
+
+    datareel 0.1.0 named a packing length function by its bare ``__qualname__``; today it is
+    ``{"function": "module.qualname", "lengths": digest}``.  Such a state restores when the
+    qualified names agree, with a warning that its lengths could not be verified.
+    """
+    old, new = saved.get("packing"), current.get("packing")
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return saved
+    length, now = old.get("length"), new.get("length")
+    if isinstance(length, str) and length not in ("index", "bytes") and isinstance(now, dict):
+        if str(now.get("function", "")).endswith(f".{length}") and {**old, "length": now} == new:
+            log.warning("this checkpoint predates length-function digests: packing length %r is accepted by "
+                        "name, but datareel cannot verify that the function still returns the same lengths",
+                        length)
+            return {**saved, "packing": new}
+    return saved
 
 
 def dataset_changes(saved: Any, current: Any) -> list[str]:

@@ -2,6 +2,6 @@
 
 from .layout import Layout
 from .permute import permute
-from .reel import ReelPlan
+from .nodes import ReelPlan
 
 __all__ = ["Layout", "ReelPlan", "permute"]

@@ -18,10 +18,12 @@ OVER_LENGTH = ("error", "truncate", "own_pack", "drop")
 def first_fit_decreasing(lengths: np.ndarray, max_length: int) -> list[np.ndarray]:
     """Pack items into bins of capacity ``max_length``, first fit, longest first.
 
-    lengths: int64[k], each in [1, max_length] -> packs, each int64[j] of item numbers
-    (ascending within a pack); packs are ordered by their first (longest) item's placement.
+    lengths: int64[k], each in [1, max_length] -> packs, each int64[j >= 1] of item numbers
+    (ascending within a pack; no packs when k = 0); packs are ordered by their first (longest) item's placement.
     Ties keep the window's order, so the result is a pure function of ``lengths``.
     """
+    if len(lengths) == 0:
+        return []  # no items, no packs (never one empty pack)
     order = np.argsort(-lengths, kind="stable")  # (k,) longest first, stable
     remaining = np.empty(len(lengths), dtype=np.int64)  # capacity left per open pack (<= k packs)
     owner = np.empty(len(lengths), dtype=np.int64)  # (k,) pack of each item

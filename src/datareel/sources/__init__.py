@@ -2,8 +2,7 @@
 
 from .base import Source
 from .jsonl import JsonlSource
-from .open import open_dataset
 from .sequence import SequenceSource, from_sequence
 from .webdataset import WebDatasetSource
 
-__all__ = ["JsonlSource", "Source", "SequenceSource", "WebDatasetSource", "from_sequence", "open_dataset"]
+__all__ = ["JsonlSource", "Source", "SequenceSource", "WebDatasetSource", "from_sequence"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decode import PartDecoder
+from .decode import PartDecoder
 from ..errors import DatareelError
 from . import energon_meta as meta
 from .base import Sample, Source, file_check

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .loader import Loader
+from ..loader import Loader
 
 
 def to_python(value: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 from webdataset import autodecode
 
-from .errors import DatareelError
+from ..errors import DatareelError
 
 IMAGE_DECODE = tuple(autodecode.imagespecs)
 """Accepted ``image_decode`` values: ``"pil"``, ``"rgb8"`` (numpy uint8 HWC), ``"torchrgb"``

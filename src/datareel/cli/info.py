@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import DatareelError
-from .sources import energon_meta as meta
-from .sources.fieldmap import CRUDE
-from .sources.index_files import read_index
+from ..errors import DatareelError
+from ..sources import energon_meta as meta
+from ..sources.fieldmap import CRUDE
+from ..sources.index_files import read_index
 
 
 def dataset_info(path: str | Path) -> dict[str, Any]:

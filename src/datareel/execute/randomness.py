@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from .errors import SampleContextError
-from .plan.rng import DOMAIN_PACK, DOMAIN_SAMPLE, sample_seed_sequence
+from ..errors import SampleContextError
+from ..plan.rng import DOMAIN_PACK, DOMAIN_SAMPLE, sample_seed_sequence
 
 _local = threading.local()
 _DOMAIN_GLOBAL, _DOMAIN_TORCH = 0x676C6F62, 0x746F7263  # "glob", "torc"

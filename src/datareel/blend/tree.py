@@ -22,10 +22,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Union
 
-from .errors import DatareelError
-from .plan.reel import ConcatNode, LeafNode, Node, ReelPlan, SplitNode
-from .plan.rng import name_key
-from .sources.base import Source, shorten
+from ..errors import DatareelError
+from ..sources.base import Source, shorten
 
 MAX_DENOMINATOR = 1 << 24
 """Each split's share is the nearest fraction with a denominator up to 2^24 (relative error
@@ -141,10 +139,10 @@ class Concat(Blend):
     kind = "concat"
 
     def size_hint(self) -> int:
-        return sum(_length(c) for c in self.children)
+        return sum(length_of(c) for c in self.children)
 
 
-def _length(ds: Union[Source, Blend]) -> int:
+def length_of(ds: Union[Source, Blend]) -> int:
     if isinstance(ds, Source):
         return len(ds)
     size = ds.size_hint()
@@ -177,7 +175,7 @@ def mix_epochized(items: Any, *, name: str | None = None) -> EpochizedMix:
     """
     items = _check_children(items, "mix_epochized", "repetitions")
     reps = tuple(_number(r, f"repetitions of {ds.name!r}") for ds, r in items)
-    counts = tuple(math.floor(r * _length(ds) + 0.5) for (ds, _), r in zip(items, reps))
+    counts = tuple(math.floor(r * length_of(ds) + 0.5) for (ds, _), r in zip(items, reps))
     if sum(counts) == 0:
         raise DatareelError(f"mix_epochized: every child rounds to 0 samples per meta-epoch ({counts}); raise repetitions")
     children = tuple(ds for ds, _ in items)
@@ -190,56 +188,3 @@ def concat(datasets: Any, *, name: str | None = None) -> Concat:
     if not children or not all(isinstance(c, (Source, Blend)) for c in children):
         raise DatareelError(f"concat takes a non-empty list of datasets, got {datasets!r}")
     return Concat(children, name or f"concat({','.join(c.name for c in children)})")
-
-
-# -- plan building ------------------------------------------------------------------------------
-
-def build_plan(dataset: Union[Source, Blend], *, seed: int, shuffle: bool) -> tuple[ReelPlan, list[Source]]:
-    """The reel plan of a dataset tree and its leaves (leaf id = index in the list)."""
-    if isinstance(dataset, Source):
-        plan = ReelPlan.single(size=len(dataset), name=dataset.name, seed=seed, shuffle=_shuffles(dataset, shuffle))
-        return plan, [dataset]
-    leaves: list[Source] = []
-    root = _node(dataset, seed, shuffle, leaves, "0")
-    return ReelPlan(root=root, epoch_length=dataset.size_hint()), leaves
-
-
-def _shuffles(source: Source, default: bool) -> bool:
-    own = getattr(source, "shuffle", None)
-    return default if own is None else bool(own)
-
-
-def _node(ds: Union[Source, Blend], seed: int, shuffle: bool, leaves: list[Source], path: str) -> Node:
-    if isinstance(ds, Source):
-        leaves.append(ds)
-        return LeafNode(leaf=len(leaves) - 1, size=len(ds), key=name_key(f"{path}:{ds.name}"), seed=seed,
-                        shuffle=_shuffles(ds, shuffle))
-    nodes = [_node(c, seed, shuffle, leaves, f"{path}.{i}") for i, c in enumerate(ds.children)]
-    if isinstance(ds, Concat):
-        return ConcatNode(children=tuple(nodes), sizes=tuple(_length(c) for c in ds.children))
-    if isinstance(ds, Mix):
-        return _tree(nodes, [Fraction(w) for w in ds.weights], exact=False, where=ds.name)
-    if isinstance(ds, EpochizedMix):
-        kept = [(n, c) for n, c in zip(nodes, ds.counts) if c > 0]
-        return _tree([n for n, _ in kept], [Fraction(c) for _, c in kept], exact=True, where=ds.name)
-    raise DatareelError(f"unknown blend type {type(ds).__name__}")
-
-
-def _tree(nodes: list[Node], weights: list[Fraction], *, exact: bool, where: str) -> Node:
-    """A balanced binary tree of splits over ``nodes`` (depth ceil(log2 k): the discrepancy bound
-    grows with depth, so the tree is balanced by count)."""
-    if len(nodes) == 1:
-        return nodes[0]
-    half = (len(nodes) + 1) // 2
-    left_w, right_w = sum(weights[:half]), sum(weights[half:])
-    share = left_w / (left_w + right_w)
-    if not exact:
-        share = share.limit_denominator(MAX_DENOMINATOR)
-        if share in (0, 1):
-            raise DatareelError(
-                f"{where}: a weight is below 2^-24 of its neighbours' ({float(left_w)} vs {float(right_w)}); "
-                f"such a child would never be read: raise it or drop it"
-            )
-    left = _tree(nodes[:half], weights[:half], exact=exact, where=where)
-    right = _tree(nodes[half:], weights[half:], exact=exact, where=where)
-    return SplitNode(left=left, right=right, a=share.numerator, b=share.denominator)

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DatareelError
-from . import energon_meta
-from .base import Source
-from .jsonl import JsonlSource
-from .webdataset import WebDatasetSource
+from ..sources import energon_meta
+from ..sources.base import Source
+from ..sources.jsonl import JsonlSource
+from ..sources.webdataset import WebDatasetSource
 
 if TYPE_CHECKING:
-    from ..blend import Blend
+    from .tree import Blend
 
 
 def open_dataset(
@@ -49,7 +49,7 @@ def open_dataset(
     if p.suffix == ".jsonl":
         return JsonlSource(p, name=name)
     if p.suffix in (".yaml", ".yml"):
-        from ..metadataset import load_metadataset
+        from .metadataset import load_metadataset
 
         return load_metadataset(p, split=split, image_decode=image_decode, decode=decode)
     if p.is_dir() and energon_meta.is_prepared(p):

@@ -16,7 +16,7 @@ from typing import Any
 import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 
-from .errors import DatareelError
+from ..errors import DatareelError
 
 
 def free_port() -> int:

@@ -26,34 +26,16 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from ..errors import DatareelError
+from ..plan.rng import DOMAIN_SUBSTITUTE
+from ..reel.base import Descriptor
+from ..sources.base import Sample, Source
 from .encoder import ResolvedEncoder
-from .errors import DatareelError
-from .plan.rng import DOMAIN_SUBSTITUTE
-from .sample import sample_context
-from .sources.base import Sample, Source
+from .randomness import sample_context
 
 log = logging.getLogger("datareel")
 ON_ERROR = ("raise", "substitute")
 SUBSTITUTE_ATTEMPTS = 16
-
-
-@dataclass(frozen=True)
-class Descriptor:
-    """One rank's micro-batch: ``step`` and, per sample, reel position, source and index.
-
-    positions: int64[k], source_ids: int32[k], indices: int64[k].  With packing,
-    ``pack_sizes`` (int64[p], summing to k) cuts the samples into packs,
-    ``packed_positions`` (int64[p]) numbers the packs in the packed reel and
-    ``truncate`` (bool[k]) marks samples longer than ``max_length``.
-    """
-
-    step: int
-    positions: np.ndarray
-    source_ids: np.ndarray
-    indices: np.ndarray
-    pack_sizes: np.ndarray | None = None
-    packed_positions: np.ndarray | None = None
-    truncate: np.ndarray | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,12 +20,12 @@ from typing import Any, Union
 
 import yaml
 
-from .blend import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
-from .errors import DatareelError
-from .sources.base import Source
-from .sources.jsonl import JsonlSource
-from .sources.view import SourceView
-from .sources.webdataset import WebDatasetSource
+from ..errors import DatareelError
+from ..sources.base import Source
+from ..sources.jsonl import JsonlSource
+from ..sources.view import SourceView
+from ..sources.webdataset import WebDatasetSource
+from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
 
 _REF_KEYS = {"path", "split_part", "subflavors", "shuffle_over_epochs_multiplier", "subset", "dataset_config",
              "split_config", "weight", "repetitions"}

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from .errors import DatareelError
+from ..errors import DatareelError, OptionError
 
 HOOKS = ("encode_sample", "batch", "encode_batch", "pack_selected_samples")
 
@@ -112,7 +112,7 @@ class ResolvedEncoder:
     unwrapped, with the global RNGs reseeded per sample by datareel instead.
     """
 
-    def __init__(self, encoder: Any | None, *, packing: bool = False):
+    def __init__(self, encoder: Any | None, *, packing: Any = None):
         default = DefaultTaskEncoder()
         self.encoder = encoder
         self.reseeds: set[str] = set()
@@ -135,10 +135,12 @@ class ResolvedEncoder:
                     )
             fallback = getattr(default, name, None)
             setattr(self, name, method if method is not None else fallback)
-        if packing and self.pack_selected_samples is None:
-            raise DatareelError(
+        if packing is not None and self.pack_selected_samples is None:
+            raise OptionError(
                 "packing needs task_encoder.pack_selected_samples(samples) -> one packed sample; define it"
             )
+        if packing is not None and packing.over_length == "truncate" and not hasattr(encoder, "truncate_sample"):
+            raise OptionError("Packing(over_length='truncate') needs task_encoder.truncate_sample(sample, max_length)")
 
     @staticmethod
     def _check_energon(encoder: Any) -> None:

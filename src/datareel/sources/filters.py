@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from .errors import DatareelError
+from ..errors import DatareelError
 from .lengths import LengthSpec, check_spec, lengths_of
-from .sources.base import MappedSource, Source
+from .base import MappedSource, Source
 
 
 class SampleMeta:

@@ -26,11 +26,11 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from .errors import DatareelError
-from .sources.energon_meta import META
-from .sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
-from .sources.index_files import write_index
-from .sources.tarparse import scan_tar
+from ..errors import DatareelError
+from ..sources.energon_meta import META
+from ..sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
+from ..sources.index_files import write_index
+from ..sources.tarparse import scan_tar
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def _scan_all(root: Path, shards: list[str], workers: int | None, progress: bool
 
 def _write_all(root: Path, scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any],
                overwrite: bool) -> None:
-    from . import __version__
+    from .. import __version__
 
     tag = f".tmp-{uuid.uuid4().hex[:8]}"
     staged = Path(tempfile.mkdtemp(prefix=".nv-meta", suffix=tag, dir=root))

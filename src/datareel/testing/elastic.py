@@ -19,8 +19,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from datareel import Loader, TopologyError
-from datareel.simulate import make_ranks, take_micro_step
+from ..errors import TopologyError
+from ..loader import Loader
+from .simulate import make_ranks, take_micro_step
 
 
 @dataclass(frozen=True)

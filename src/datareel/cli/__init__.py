@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from collections.abc import Sequence
 
-from .errors import DatareelError
+from ..errors import DatareelError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "prepare":
         from .prepare import prepare_jsonl, prepare_webdataset
 
-        from .sources.energon_meta import is_prepared
+        from ..sources.energon_meta import is_prepared
 
         if args.path.endswith(".jsonl"):
             print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from .loader import Loader
-from .sample import sample_rng
-from .simulate import make_ranks, take_global_batches, unbatch
-from .sources.sequence import from_sequence
+from ..loader import Loader
+from ..execute.randomness import sample_rng
+from ..testing.simulate import make_ranks, take_global_batches, unbatch
+from ..sources.sequence import from_sequence
 
 
 class TokenFile:
@@ -136,7 +136,7 @@ def _rank_main(rank: int, world_size: int, job: Job) -> None:
 
 def run_phase_distributed(job: Job, timeout: float = 300.0) -> tuple[list[list[Any]], str | None]:
     """Run a phase as ``world_size`` real processes. -> (global batches, saved state JSON)."""
-    from .launch import run_local
+    from ..testing.launch import run_local
 
     os.makedirs(job.out_dir, exist_ok=True)
     run_local(_rank_main, job.phase.world_size, job, timeout=timeout)

@@ -1,0 +1,41 @@
+"""How batches are computed: the DataLoader's worker options (free to change between save and restore)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import OptionError, check_int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
+    ``multiprocessing_context`` and ``timeout``, passed to ``torch.utils.data.DataLoader``."""
+
+    num_workers: int = 0
+    prefetch_factor: int | None = None
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    multiprocessing_context: Any = None
+    timeout: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_int(self.num_workers, "num_workers")
+        if self.prefetch_factor is not None:
+            check_int(self.prefetch_factor, "prefetch_factor", minimum=1)
+        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
+            raise OptionError(
+                f"prefetch_factor={self.prefetch_factor!r} and persistent_workers="
+                f"{self.persistent_workers!r} need worker processes; set num_workers >= 1 or drop them"
+            )
+
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory,
+                                  "timeout": self.timeout}
+        if self.num_workers:
+            kwargs["persistent_workers"] = self.persistent_workers
+            kwargs["multiprocessing_context"] = self.multiprocessing_context
+            if self.prefetch_factor is not None:
+                kwargs["prefetch_factor"] = self.prefetch_factor
+        return kwargs

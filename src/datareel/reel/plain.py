@@ -1,0 +1,70 @@
+"""The plain reel: position ``p`` is sample ``plan.resolve(p)``; micro-step ``s`` of rank ``r`` is a span
+of positions given by the layout (see :mod:`datareel.plan.layout`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..errors import TopologyError
+from ..plan.layout import Layout
+from ..plan.nodes import ReelPlan
+from .base import Descriptor, Step
+from .cursor import Cursor
+
+CHUNK = 64
+"""Micro-steps resolved per plan call: amortises numpy's per-call cost over many descriptors."""
+
+
+class PlainReel:
+    """Every position of the plan, in order; ``pass_length`` positions when finite (``repeat=False``)."""
+
+    dropped = 0
+
+    def __init__(self, plan: ReelPlan, pass_length: int | None):
+        self.plan, self.pass_length = plan, pass_length
+
+    def start(self) -> Cursor:
+        return Cursor(0)
+
+    def length(self) -> int | None:
+        return self.pass_length
+
+    def spec(self) -> dict[str, Any]:
+        return {}
+
+    def check(self, cursor: Cursor, layout: Layout) -> None:
+        length = self.pass_length
+        if length is not None and cursor.position > length:
+            raise TopologyError(
+                f"state cursor={cursor.position} lies beyond the end of this repeat=False reel "
+                f"(length {length}); restore it into a loader with repeat=True"
+            )
+        if length is None or cursor.position < length:  # the end of a pass resumes on any layout
+            layout.check_cursor(cursor.position)
+
+    def stream(self, start: Cursor, layout: Layout, rank: int) -> Iterator[Step]:
+        length, S = self.pass_length, layout.step_size
+        if length is not None and start.position >= length:
+            return
+        first = start.position // S
+        last = None if length is None else -(-length // S)  # steps of a finite reel
+        for chunk in itertools.count(first, CHUNK):
+            steps = range(chunk, chunk + CHUNK if last is None else min(chunk + CHUNK, last))
+            if not steps:
+                return
+            spans = [layout.rank_span(step, rank, length) for step in steps]
+            positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])  # (sum of spans,)
+            source_ids, indices = self.plan.resolve(positions)  # (sum of spans,) each
+            offset = 0
+            for step, (a, b) in zip(steps, spans):
+                after = Cursor((step + 1) * S if length is None else min((step + 1) * S, length))
+                if a == b:  # an empty share of the final, partial micro-step
+                    yield Step(None, after)
+                    continue
+                cut = slice(offset, offset + b - a)
+                offset += b - a
+                yield Step(Descriptor(step, positions[cut], source_ids[cut], indices[cut]), after)

@@ -1,0 +1,83 @@
+"""Sample lengths for packing and filters: a length index, byte sizes, or a function.
+
+A *length index* is computed once by ``datareel prepare PATH --lengths module:function``
+(the function gets each decoded sample and returns its length) and stored
+beside the dataset's metadata — ``.nv-meta/lengths.npy`` for a prepared
+directory, ``X.jsonl.lengths.npy`` for JSONL — with a ``.json`` sidecar
+recording each shard's sample count and byte size.  It is memory-mapped at
+load; if any shard changed since, it is refused as stale.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+
+from ..errors import DatareelError
+from .base import Source
+
+LengthFn = Callable[[Source, np.ndarray], np.ndarray]
+LengthSpec = Union[str, LengthFn]
+"""``"index"`` (a prepared length index), ``"bytes"`` (each sample's bytes on disk) or
+``fn(source, indices) -> lengths`` (vectorised, cheap: it runs in the main process)."""
+
+_cache: dict[str, np.ndarray] = {}
+
+
+def check_spec(length: Any, what: str) -> None:
+    if not (callable(length) or length in ("index", "bytes")):
+        raise DatareelError(
+            f"{what}: length={length!r} must be 'index' (a length index from `datareel prepare --lengths`), "
+            f"'bytes', or a function fn(source, indices) -> lengths"
+        )
+
+
+def lengths_of(source: Source, indices: np.ndarray, length: LengthSpec) -> np.ndarray:
+    """Lengths of samples ``indices`` of ``source``. indices: int64[k] -> int64[k]."""
+    indices = np.asarray(indices, dtype=np.int64)
+    if callable(length):
+        out = np.asarray(length(source, indices))
+        if out.shape != indices.shape or not np.issubdtype(out.dtype, np.integer):
+            raise DatareelError(
+                f"the length function returned {out.dtype}{list(out.shape)} for {len(indices)} samples of "
+                f"{source.name}; it must return one integer per index"
+            )
+        return out.astype(np.int64)
+    if length == "bytes":
+        return source.byte_sizes(indices)
+    return load_index(source)[source.global_indices(indices)].astype(np.int64)
+
+
+def load_index(source: Source) -> np.ndarray:
+    """The source's length index, memory-mapped, after checking it is not stale. -> int64[N]"""
+    path = source.length_index_path()
+    key = str(path)
+    if key in _cache:
+        return _cache[key]
+    side = Path(f"{path}.json")
+    if not path.is_file() or not side.is_file():
+        raise DatareelError(
+            f"{source.name} has no length index ({path}); compute it with "
+            f"`datareel prepare <dataset> --lengths module:function`, or pack by length='bytes'"
+        )
+    saved = json.loads(side.read_text())
+    current = source.length_index_check()
+    if saved.get("check") != json.loads(json.dumps(current)):
+        changed = sorted(k for k in set(saved.get("check", {})) | set(current)
+                         if saved.get("check", {}).get(k) != list(current.get(k, [])))
+        raise DatareelError(
+            f"length index {path} is stale: {changed[:5]} changed since it was computed "
+            f"(sample count, bytes or content); re-run `datareel prepare --lengths {saved.get('function')}`"
+        )
+    index = np.load(path, mmap_mode="r")
+    _cache[key] = index
+    return index
+
+
+def forget_index(path: str | Path) -> None:
+    """Drop a cached length index (after it was rewritten)."""
+    _cache.pop(str(path), None)
