@@ -11,7 +11,7 @@ from typing import Any
 
 import torch.distributed as torch_dist
 
-from .errors import DatareelError, TopologyError
+from .errors import DatareelError, TopologyError, check_int
 
 
 def initialised() -> bool:
@@ -37,9 +37,8 @@ def rank_and_world(rank: int | None, world_size: int | None, group: Any = None) 
                 f"world_size={world_size} was given without rank, and torch.distributed is not "
                 f"initialised; pass rank= too (0 <= rank < {world_size})"
             )
-    for name, value in (("rank", rank), ("world_size", world_size)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TopologyError(f"{name}={value!r} must be an integer")
+    rank = check_int(rank, "rank", error=TopologyError)
+    world_size = check_int(world_size, "world_size", minimum=1, error=TopologyError)
     if world_size < 1 or not 0 <= rank < world_size:
         raise TopologyError(
             f"rank={rank} is not in [0, world_size={world_size}); pass 0 <= rank < world_size"

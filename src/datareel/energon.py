@@ -18,7 +18,7 @@ from typing import Any
 import torch.distributed as torch_dist
 
 from .execute.encoder import DefaultTaskEncoder
-from .errors import DatareelError, StateMismatchError
+from .errors import DatareelError, OptionError, StateMismatchError, check_int
 from .loader import Loader
 from .blend.open import open_dataset
 
@@ -91,7 +91,7 @@ def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
     if "subflavors" in kwargs:
         open_kwargs["subflavors"] = kwargs.pop("subflavors")
     if kwargs:
-        raise DatareelError(
+        raise OptionError(
             f"{where}: datareel.energon cannot honour {sorted(kwargs)} (for example sample_type overrides, "
             f"auto_decode/image_decode, cache pools); drop them or use datareel's own API"
         )
@@ -100,7 +100,7 @@ def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _check_encoder(task_encoder: Any, packing_buffer_size: int | None, where: str) -> None:
     if packing_buffer_size is not None:
-        raise DatareelError(
+        raise OptionError(
             f"{where}: packing_buffer_size={packing_buffer_size} cannot be honoured: datareel does not pack from a "
             f"buffer with select_samples_to_pack; it plans packs from sample lengths. Use "
             f"datareel.Loader(..., packing=datareel.Packing(max_length=..., length=...)) with your "
@@ -125,12 +125,12 @@ def get_train_dataset(
     open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
     _check_encoder(task_encoder, packing_buffer_size, "get_train_dataset")
     if shuffle_over_epochs_multiplier not in (1, None):
-        raise DatareelError(
+        raise OptionError(
             f"get_train_dataset: shuffle_over_epochs_multiplier={shuffle_over_epochs_multiplier} cannot be honoured; "
             f"datareel shuffles each epoch with its own permutation (1) or not at all (None)"
         )
     if batch_drop_last and not repeat:
-        raise DatareelError("get_train_dataset: batch_drop_last=True with repeat=False is not supported; datareel "
+        raise OptionError("get_train_dataset: batch_drop_last=True with repeat=False is not supported; datareel "
                             "splits the last, partial global batch (docs/guarantees.md)")
     return DatasetSpec(path, split_part, worker_config, batch_size, global_batch_size, task_encoder, repeat,
                        shuffle=shuffle_over_epochs_multiplier is not None, virtual_epoch_length=virtual_epoch_length,
@@ -146,7 +146,7 @@ def get_val_dataset(
     open_kwargs = _check_common(dict(kwargs), "get_val_dataset")
     _check_encoder(task_encoder, packing_buffer_size, "get_val_dataset")
     if batch_drop_last:
-        raise DatareelError("get_val_dataset: batch_drop_last=True is not supported; datareel splits the last, "
+        raise OptionError("get_val_dataset: batch_drop_last=True is not supported; datareel splits the last, "
                             "partial global batch over the ranks (docs/guarantees.md)")
     return DatasetSpec(path, split_part, worker_config, batch_size, None, task_encoder, repeat=False, shuffle=False,
                        limit=limit, open_kwargs=open_kwargs)
@@ -161,9 +161,9 @@ def get_savable_loader(dataset: DatasetSpec, *, worker_config: WorkerConfig | No
             _explain_once(name, f"{name} is accepted and not needed: a datareel state is a cursor, computed "
                                 f"on demand, never a replay of checkpoints kept in workers")
     if kwargs:
-        raise DatareelError(f"get_savable_loader: datareel.energon cannot honour {sorted(kwargs)}")
+        raise OptionError(f"get_savable_loader: datareel.energon cannot honour {sorted(kwargs)}")
     if not isinstance(dataset, DatasetSpec):
-        raise DatareelError(
+        raise OptionError(
             f"get_savable_loader takes what datareel.energon.get_train_dataset / get_val_dataset return, got "
             f"{type(dataset).__name__} (a dataset built by megatron.energon cannot be loaded here)"
         )
@@ -190,8 +190,8 @@ class EnergonLoader:
     """A datareel Loader with Energon's loader methods and iteration conventions."""
 
     def __init__(self, spec: DatasetSpec, config: WorkerConfig, prefetch_factor: int):
-        if spec.batch_size is not None and (isinstance(spec.batch_size, bool) or spec.batch_size < 1):
-            raise DatareelError(f"batch_size={spec.batch_size!r} must be a positive integer or None")
+        if spec.batch_size is not None:
+            check_int(spec.batch_size, "batch_size", minimum=1)
         micro = spec.batch_size or 1
         self.explicit_global = spec.global_batch_size is not None
         G = spec.global_batch_size if self.explicit_global else micro * config.world_size

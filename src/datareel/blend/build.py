@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Union
 
-from ..errors import DatareelError
+from ..errors import DatareelError, OptionError
 from ..plan.nodes import ConcatNode, LeafNode, Node, ReelPlan, SplitNode
 from ..plan.rng import name_key
 from ..sources.base import Source
@@ -53,7 +53,7 @@ def _tree(nodes: list[Node], weights: list[Fraction], *, exact: bool, where: str
     if not exact:
         share = share.limit_denominator(MAX_DENOMINATOR)
         if share in (0, 1):
-            raise DatareelError(
+            raise OptionError(
                 f"{where}: a weight is below 2^-24 of its neighbours' ({float(left_w)} vs {float(right_w)}); "
                 f"such a child would never be read: raise it or drop it"
             )

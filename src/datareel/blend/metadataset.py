@@ -20,7 +20,7 @@ from typing import Any, Union
 
 import yaml
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 from ..sources.base import Source
 from ..sources.jsonl import JsonlSource
 from ..sources.view import SourceView
@@ -61,51 +61,51 @@ class _Builder:
     def metadataset(self, path: Path, ctx: _Context, stack: tuple[Path, ...]) -> Union[Source, Blend]:
         path = path.resolve()
         if path in stack:
-            raise DatareelError(f"{path}: metadatasets include each other in a cycle: {[str(p) for p in stack]}")
+            raise DatasetError(f"{path}: metadatasets include each other in a cycle: {[str(p) for p in stack]}")
         try:
             config = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:
-            raise DatareelError(f"cannot read metadataset {path}: {exc}") from exc
+            raise DatasetError(f"cannot read metadataset {path}: {exc}") from exc
         if not isinstance(config, dict):
-            raise DatareelError(f"{path}: a metadataset is a mapping with '__class__' and 'splits'")
+            raise DatasetError(f"{path}: a metadataset is a mapping with '__class__' and 'splits'")
         cls = config.get("__class__")
         splits = config.get("splits")
         if cls not in ("MetadatasetV2", "Metadataset") or not isinstance(splits, dict):
-            raise DatareelError(
+            raise DatasetError(
                 f"{path}: expected __class__: MetadatasetV2 (or the legacy Metadataset) with a 'splits' mapping, "
                 f"got __class__={cls!r}"
             )
         if ctx.split not in splits:
-            raise DatareelError(f"{path}: split {ctx.split!r} is not defined; it defines {sorted(splits)}")
+            raise DatasetError(f"{path}: split {ctx.split!r} is not defined; it defines {sorted(splits)}")
         node = splits[ctx.split]
         if cls == "Metadataset":  # legacy v1: {datasets: [{weight, path, ...}]}
             if not isinstance(node, dict) or not isinstance(node.get("datasets"), list):
-                raise DatareelError(f"{path}: legacy split {ctx.split!r} needs a 'datasets' list")
+                raise DatasetError(f"{path}: legacy split {ctx.split!r} needs a 'datasets' list")
             node = {"blend": node["datasets"]}
         return self.node(node, path, ctx, stack + (path,), f"splits.{ctx.split}")
 
     def node(self, node: Any, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Union[Source, Blend]:
         if not isinstance(node, dict):
-            raise DatareelError(f"{yaml_path}: {where} must be a mapping, got {node!r}")
+            raise DatasetError(f"{yaml_path}: {where} must be a mapping, got {node!r}")
         for key in node:
             if key in _UNSUPPORTED:
-                raise DatareelError(f"{yaml_path}: {where}.{key}: {_UNSUPPORTED[key]} ({key!r}) is not supported by datareel")
+                raise DatasetError(f"{yaml_path}: {where}.{key}: {_UNSUPPORTED[key]} ({key!r}) is not supported by datareel")
         kinds = [k for k in ("blend", "blend_epochized", "path") if k in node]
         if len(kinds) != 1:
-            raise DatareelError(f"{yaml_path}: {where} needs exactly one of 'path', 'blend', 'blend_epochized', got {sorted(node)}")
+            raise DatasetError(f"{yaml_path}: {where} needs exactly one of 'path', 'blend', 'blend_epochized', got {sorted(node)}")
         ctx = self.narrow(node, yaml_path, ctx, where)
         if "path" in node:
             unknown = sorted(set(node) - _REF_KEYS)
             if unknown:
-                raise DatareelError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
+                raise DatasetError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
             return self.ref(node, yaml_path, ctx, stack, where)
         kind = kinds[0]
         unknown = sorted(set(node) - {kind, "subflavors", "shuffle_over_epochs_multiplier", "subset", "weight", "repetitions"})
         if unknown:
-            raise DatareelError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
+            raise DatasetError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
         items = node[kind]
         if not isinstance(items, list) or not items:
-            raise DatareelError(f"{yaml_path}: {where}.{kind} must be a non-empty list")
+            raise DatasetError(f"{yaml_path}: {where}.{kind} must be a non-empty list")
         children = [self.node(item, yaml_path, ctx, stack, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
         if ctx.split != "train":
             return concat(children)
@@ -119,23 +119,23 @@ class _Builder:
     def number(item: dict, key: str, yaml_path: Path, where: str) -> float:
         other = "repetitions" if key == "weight" else "weight"
         if other in item:
-            raise DatareelError(f"{yaml_path}: {where} has {other!r}, which belongs in a "
+            raise DatasetError(f"{yaml_path}: {where} has {other!r}, which belongs in a "
                                 f"{'blend_epochized' if other == 'repetitions' else 'blend'} list")
         value = item.get(key, 1.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
-            raise DatareelError(f"{yaml_path}: {where}.{key}={value!r} must be a positive number")
+            raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a positive number")
         return float(value)
 
     def narrow(self, node: dict, yaml_path: Path, ctx: _Context, where: str) -> _Context:
         """Apply a node's subflavors, shuffle multiplier and (relative) subset to the context."""
         subflavors = node.get("subflavors") or {}
         if not isinstance(subflavors, dict):
-            raise DatareelError(f"{yaml_path}: {where}.subflavors must be a mapping")
+            raise DatasetError(f"{yaml_path}: {where}.subflavors must be a mapping")
         multiplier = ctx.multiplier
         if "shuffle_over_epochs_multiplier" in node:
             value = node["shuffle_over_epochs_multiplier"]
             if value not in (1, None):
-                raise DatareelError(
+                raise DatasetError(
                     f"{yaml_path}: {where}.shuffle_over_epochs_multiplier={value!r} is not supported "
                     f"(datareel supports 1: shuffle each epoch, and null: no shuffle)"
                 )
@@ -150,7 +150,7 @@ class _Builder:
     def subset(spec: Any, yaml_path: Path, where: str, leaf: bool) -> tuple[Any, Any]:
         if not (isinstance(spec, dict) and set(spec) == {"range"} and isinstance(spec["range"], list)
                 and len(spec["range"]) == 2):
-            raise DatareelError(f"{yaml_path}: {where}.subset must be {{range: [start, end]}}, got {spec!r}")
+            raise DatasetError(f"{yaml_path}: {where}.subset must be {{range: [start, end]}}, got {spec!r}")
         out = []
         for value in spec["range"]:
             if value == "end":
@@ -159,13 +159,13 @@ class _Builder:
                 try:
                     out.append(("%", float(value[:-1]) / 100))
                 except ValueError:
-                    raise DatareelError(f"{yaml_path}: {where}.subset range value {value!r} is not a percentage") from None
+                    raise DatasetError(f"{yaml_path}: {where}.subset range value {value!r} is not a percentage") from None
             elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 if not leaf:
-                    raise DatareelError(f"{yaml_path}: {where}.subset: absolute ranges ({value}) are allowed only on datasets, use percentages here")
+                    raise DatasetError(f"{yaml_path}: {where}.subset: absolute ranges ({value}) are allowed only on datasets, use percentages here")
                 out.append(value)
             else:
-                raise DatareelError(f"{yaml_path}: {where}.subset range value {value!r} must be 'N%', an integer or 'end'")
+                raise DatasetError(f"{yaml_path}: {where}.subset range value {value!r} must be 'N%', an integer or 'end'")
         return tuple(out)
 
     def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Union[Source, Blend]:
@@ -207,7 +207,7 @@ def _apply_range(rng: tuple[Any, Any], start: int, stop: int, yaml_path: Path, w
 
     a, b = point(rng[0]), point(rng[1])
     if not start <= a < b <= stop:
-        raise DatareelError(f"{yaml_path}: {where}.subset selects [{a}, {b}) outside [{start}, {stop}) or nothing")
+        raise DatasetError(f"{yaml_path}: {where}.subset selects [{a}, {b}) outside [{start}, {stop}) or nothing")
     return a, b
 
 

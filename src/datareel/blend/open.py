@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 from ..sources import energon_meta
 from ..sources.base import Source
 from ..sources.jsonl import JsonlSource
@@ -56,7 +56,7 @@ def open_dataset(
         return WebDatasetSource(p, split=split, image_decode=image_decode, decode=decode, subflavors=subflavors,
                                 split_config=split_config, dataset_config=dataset_config, name=name)
     if p.is_dir():
-        raise DatareelError(
+        raise DatasetError(
             f"{p} has no {energon_meta.META}/.info.json: it is not a prepared dataset; run `datareel prepare {p}`"
         )
-    raise DatareelError(f"{p} does not exist or is not a dataset directory or .jsonl file")
+    raise DatasetError(f"{p} does not exist or is not a dataset directory or .jsonl file")

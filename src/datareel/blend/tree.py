@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Union
 
-from ..errors import DatareelError
+from ..errors import OptionError
 from ..sources.base import Source, shorten
 
 MAX_DENOMINATOR = 1 << 24
@@ -83,10 +83,10 @@ def _digest(ds: Union[Source, Blend]) -> str:
 def _check_children(items: Any, what: str, number: str) -> list[tuple[Any, Any]]:
     items = list(items)
     if not items:
-        raise DatareelError(f"{what} needs at least one (dataset, {number}) pair")
+        raise OptionError(f"{what} needs at least one (dataset, {number}) pair")
     for item in items:
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (Source, Blend))):
-            raise DatareelError(
+            raise OptionError(
                 f"{what} takes a list of (dataset, {number}) pairs, got {item!r}; wrap sequences with "
                 f"datareel.from_sequence(...)"
             )
@@ -95,9 +95,9 @@ def _check_children(items: Any, what: str, number: str) -> list[tuple[Any, Any]]
 
 def _number(value: Any, label: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise DatareelError(f"{label}={value!r} must be a finite number")
+        raise OptionError(f"{label}={value!r} must be a finite number")
     if value <= 0:
-        raise DatareelError(f"{label}={value!r} must be positive")
+        raise OptionError(f"{label}={value!r} must be positive")
     return float(value)
 
 
@@ -147,7 +147,7 @@ def length_of(ds: Union[Source, Blend]) -> int:
         return len(ds)
     size = ds.size_hint()
     if size is None:
-        raise DatareelError(f"{ds.name} is an endless weighted mix; it has no length to repeat or concatenate")
+        raise OptionError(f"{ds.name} is an endless weighted mix; it has no length to repeat or concatenate")
     return size
 
 
@@ -177,7 +177,7 @@ def mix_epochized(items: Any, *, name: str | None = None) -> EpochizedMix:
     reps = tuple(_number(r, f"repetitions of {ds.name!r}") for ds, r in items)
     counts = tuple(math.floor(r * length_of(ds) + 0.5) for (ds, _), r in zip(items, reps))
     if sum(counts) == 0:
-        raise DatareelError(f"mix_epochized: every child rounds to 0 samples per meta-epoch ({counts}); raise repetitions")
+        raise OptionError(f"mix_epochized: every child rounds to 0 samples per meta-epoch ({counts}); raise repetitions")
     children = tuple(ds for ds, _ in items)
     return EpochizedMix(children, reps, counts, name or f"mix_epochized({','.join(c.name for c in children)})")
 
@@ -186,5 +186,5 @@ def concat(datasets: Any, *, name: str | None = None) -> Concat:
     """Datasets one after another (what Energon does for val/test splits of a metadataset)."""
     children = tuple(datasets)
     if not children or not all(isinstance(c, (Source, Blend)) for c in children):
-        raise DatareelError(f"concat takes a non-empty list of datasets, got {datasets!r}")
+        raise OptionError(f"concat takes a non-empty list of datasets, got {datasets!r}")
     return Concat(children, name or f"concat({','.join(c.name for c in children)})")

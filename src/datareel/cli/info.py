@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 from ..sources import energon_meta as meta
 from ..sources.fieldmap import CRUDE
 from ..sources.index_files import read_index
@@ -18,7 +18,7 @@ def dataset_info(path: str | Path) -> dict[str, Any]:
         idx = read_index(Path(f"{p}.idx"))
         return {"path": str(p), "kind": "jsonl", "samples": len(idx) - 1, "bytes": p.stat().st_size}
     if not (p.is_dir() and meta.is_prepared(p)):
-        raise DatareelError(f"{p} is not a prepared dataset directory or .jsonl file; run `datareel prepare {p}`")
+        raise DatasetError(f"{p} is not a prepared dataset directory or .jsonl file; run `datareel prepare {p}`")
     info = meta.read_info(p)
     config = meta.read_dataset_yaml(p)
     sample_type = config.get("sample_type", {}).get("__class__") if isinstance(config.get("sample_type"), dict) else None

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import DatareelError
+from ..errors import DatasetError, OptionError
 from ..sources.base import Source
 from ..sources.jsonl import JsonlSource
 from ..sources.webdataset import WebDatasetSource
@@ -29,13 +29,13 @@ from ..sources.lengths import forget_index
 def import_function(spec: str) -> Callable[[Any], int]:
     module, colon, name = spec.partition(":")
     if not colon or not module or not name:
-        raise DatareelError(f"--lengths {spec!r} must be 'module:function' (an importable module)")
+        raise OptionError(f"--lengths {spec!r} must be 'module:function' (an importable module)")
     try:
         fn = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
-        raise DatareelError(f"--lengths {spec!r}: cannot import it ({exc}); is the module on PYTHONPATH?") from exc
+        raise OptionError(f"--lengths {spec!r}: cannot import it ({exc}); is the module on PYTHONPATH?") from exc
     if not callable(fn):
-        raise DatareelError(f"--lengths {spec!r} is not a function")
+        raise OptionError(f"--lengths {spec!r} is not a function")
     return fn
 
 
@@ -54,7 +54,7 @@ def _lengths_chunk(path: str, spec: str, start: int, stop: int) -> np.ndarray:
             out[i - start] = int(fn(sample))
         except Exception as exc:
             key = sample.get("__key__") if isinstance(sample, dict) else i
-            raise DatareelError(f"--lengths {spec}: failed on sample {key!r} of {path}: {exc!r}") from exc
+            raise DatasetError(f"--lengths {spec}: failed on sample {key!r} of {path}: {exc!r}") from exc
     return out
 
 

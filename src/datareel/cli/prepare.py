@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from ..errors import DatareelError
+from ..errors import DatasetError, OptionError
 from ..sources.energon_meta import META
 from ..sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
 from ..sources.index_files import write_index
@@ -63,7 +63,7 @@ def scan_shard(root: Path, shard: str) -> ShardScan:
         for header, key, part, data, size in scan_tar(f, f"shard {path}"):
             if not keys or keys[-1] != key:
                 if key in seen:
-                    raise DatareelError(
+                    raise DatasetError(
                         f"shard {path}: key {key!r} appears again at byte {header} after other samples "
                         f"(first as sample {seen[key]}); a sample's files must be consecutive and keys unique"
                     )
@@ -91,14 +91,14 @@ def parse_split_ratio(text: str) -> dict[str, float]:
         name, colon, value = item.rpartition(":")
         if not colon:
             if i >= len(names):
-                raise DatareelError(f"--split-ratio {text!r}: give names (name:share) for more than 3 splits")
+                raise OptionError(f"--split-ratio {text!r}: give names (name:share) for more than 3 splits")
             name, value = names[i], item
         try:
             out[name] = float(value)
         except ValueError:
-            raise DatareelError(f"--split-ratio {text!r}: {value!r} is not a number") from None
+            raise OptionError(f"--split-ratio {text!r}: {value!r} is not a number") from None
     if not out or any(v < 0 for v in out.values()) or sum(out.values()) <= 0:
-        raise DatareelError(f"--split-ratio {text!r} must hold non-negative shares with a positive sum, e.g. 8,1,1")
+        raise OptionError(f"--split-ratio {text!r} must hold non-negative shares with a positive sum, e.g. 8,1,1")
     return out
 
 
@@ -117,7 +117,7 @@ def split_shards(shards: list[str], ratio: dict[str, float]) -> dict[str, list[s
 def dataset_yaml(sample_type: str, field_map: dict[str, str] | None) -> dict[str, Any]:
     if sample_type == CRUDE:
         if field_map:
-            raise DatareelError(f"--field-map is for typed samples; {CRUDE} keeps every part")
+            raise OptionError(f"--field-map is for typed samples; {CRUDE} keeps every part")
         return {"__module__": "megatron.energon", "__class__": CRUDE}
     config = {"sample_type": {"__module__": "megatron.energon", "__class__": sample_type}, "field_map": field_map}
     typed_fields(config, "--sample-type/--field-map")  # validates the type and the map
@@ -132,12 +132,12 @@ def prepare_webdataset(
     """Index every ``*.tar`` under ``root`` and write Energon-compatible metadata."""
     root = Path(root)
     if not root.is_dir():
-        raise DatareelError(f"{root} is not a directory of .tar shards")
+        raise OptionError(f"{root} is not a directory of .tar shards")
     if (root / META).exists() and not overwrite:
-        raise DatareelError(f"{root / META} already exists; pass --overwrite to prepare {root} again")
+        raise OptionError(f"{root / META} already exists; pass --overwrite to prepare {root} again")
     shards = find_shards(root)
     if not shards:
-        raise DatareelError(f"no *.tar shards under {root}")
+        raise DatasetError(f"no *.tar shards under {root}")
     config = dataset_yaml(sample_type, field_map)
     splits = split_shards(shards, parse_split_ratio(split_ratio))
 
@@ -147,7 +147,7 @@ def prepare_webdataset(
         for i, key in enumerate(scan.keys):
             other = owner.setdefault(key, (scan.shard, i))
             if other != (scan.shard, i):
-                raise DatareelError(
+                raise DatasetError(
                     f"duplicate sample key {key!r}: sample {other[1]} of shard {root / other[0]} and sample {i} "
                     f"of shard {root / scan.shard}; keys must be unique across the dataset: rename one"
                 )
@@ -157,7 +157,7 @@ def prepare_webdataset(
         missing = sorted(p for p in fields.parts if p not in found_parts)
         required = SAMPLE_TYPES[sample_type][0]
         if any(all(a.part in missing for a in alts) for f, alts in fields.fields if f in required):
-            raise DatareelError(f"--field-map names parts {missing} that no sample has; parts found: {found_parts}")
+            raise OptionError(f"--field-map names parts {missing} that no sample has; parts found: {found_parts}")
 
     _write_all(root, scans, splits, config, overwrite)
     return PrepareReport(shards=len(shards), samples=sum(len(s.keys) for s in scans), parts=found_parts,
@@ -209,7 +209,7 @@ def _write_all(root: Path, scans: list[ShardScan], splits: dict[str, list[str]],
         old = root / META
         if old.exists():
             if not overwrite:
-                raise DatareelError(f"{old} appeared while preparing; pass --overwrite to replace it")
+                raise DatasetError(f"{old} appeared while preparing; pass --overwrite to replace it")
             for keep in ("lengths.npy", "lengths.npy.json"):  # a length index survives; if stale, it is refused
                 if (old / keep).exists():
                     shutil.copy2(old / keep, staged / keep)
@@ -259,7 +259,7 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
     """
     path = Path(path)
     if not path.is_file():
-        raise DatareelError(f"JSONL file {path} does not exist")
+        raise DatasetError(f"JSONL file {path} does not exist")
     starts: list[int] = []
     pos = 0
     with open(path, "rb") as f:
@@ -267,15 +267,15 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
             text = line.strip()
             if text:
                 if not (text.startswith(b"{") and text.endswith(b"}")):
-                    raise DatareelError(f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')")
+                    raise DatasetError(f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')")
                 try:
                     text.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise DatareelError(f"{path} line {number}: not valid UTF-8 ({exc.reason})") from exc
+                    raise DatasetError(f"{path} line {number}: not valid UTF-8 ({exc.reason})") from exc
                 starts.append(pos)
             pos += len(line)
     if not starts:
-        raise DatareelError(f"{path} holds no JSON lines")
+        raise DatasetError(f"{path} holds no JSON lines")
     starts[0] = 0
     tmp = Path(f"{path}.idx.tmp-{uuid.uuid4().hex[:8]}")
     try:

@@ -121,7 +121,7 @@ class ResolvedEncoder:
         for name in HOOKS:
             method = getattr(encoder, name, None) if encoder is not None else None
             if method is not None and not callable(method):
-                raise DatareelError(f"task_encoder.{name} is {method!r}, which is not callable")
+                raise OptionError(f"task_encoder.{name} is {method!r}, which is not callable")
             if method is not None and name == "pack_selected_samples" and _energon_defined(encoder, name):
                 method = None  # Energon's base raises NotImplementedError
             if method is not None:
@@ -129,7 +129,7 @@ class ResolvedEncoder:
                     method = method.__wrapped__.__get__(encoder)  # Energon's restore_seeds: datareel reseeds instead
                     self.reseeds.add(name)
                 if inspect.isgeneratorfunction(getattr(method, "__func__", method)):
-                    raise DatareelError(
+                    raise OptionError(
                         f"task_encoder.{name} is a generator; datareel plans one output per position, so "
                         f"{name} must return one value (split or skip work in the plan: filters, packing)"
                     )
@@ -156,7 +156,7 @@ class ResolvedEncoder:
             if hasattr(encoder, name) and not _energon_defined(encoder, name):
                 unsupported.append(f"{name} ({why})")
         if unsupported:
-            raise DatareelError(
+            raise OptionError(
                 f"task encoder {type(encoder).__name__} overrides Energon features datareel does not run: "
                 + "; ".join(unsupported)
             )

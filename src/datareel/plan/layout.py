@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import TopologyError
+from ..errors import TopologyError, check_int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +36,7 @@ class Layout:
 
     def __post_init__(self) -> None:
         for name in ("global_batch_size", "micro_batch_size", "world_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise TopologyError(f"{name}={value!r} must be a positive integer")
+            check_int(getattr(self, name), name, minimum=1, error=TopologyError)
         G, m, W = self.global_batch_size, self.micro_batch_size, self.world_size
         if G % (m * W):
             raise TopologyError(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatareelError
+from ..errors import OptionError
 
 
 class Sample(dict):
@@ -66,20 +66,20 @@ class Source(abc.ABC):
     # -- metadata for packing and filters (sources that know more override these) ---------------
     def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
         """Bytes each sample takes on disk. indices: int64[k] -> int64[k]."""
-        raise DatareelError(
+        raise OptionError(
             f"{self.name} ({type(self).__name__}) has no byte sizes; give the lengths as a function "
             f"(length=fn(source, indices)) or as a length index"
         )
 
     def global_indices(self, indices: np.ndarray) -> np.ndarray:
         """Sample numbers in the order a length index stores them. int64[k] -> int64[k]."""
-        raise DatareelError(
+        raise OptionError(
             f"{self.name} ({type(self).__name__}) has no length index; give the lengths as a function "
             f"(length=fn(source, indices)), or prepare a dataset with `datareel prepare --lengths`"
         )
 
     def length_index_path(self) -> Path:
-        raise DatareelError(
+        raise OptionError(
             f"{self.name} ({type(self).__name__}) has no length index; give the lengths as a function "
             f"(length=fn(source, indices)), or prepare a dataset with `datareel prepare --lengths`"
         )

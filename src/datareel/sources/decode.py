@@ -12,7 +12,7 @@ from typing import Any
 
 from webdataset import autodecode
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 
 IMAGE_DECODE = tuple(autodecode.imagespecs)
 """Accepted ``image_decode`` values: ``"pil"``, ``"rgb8"`` (numpy uint8 HWC), ``"torchrgb"``
@@ -28,7 +28,7 @@ class PartDecoder:
 
     def __init__(self, image_decode: str | None = "torchrgb"):
         if image_decode is not None and image_decode not in IMAGE_DECODE:
-            raise DatareelError(
+            raise DatasetError(
                 f"image_decode={image_decode!r} is not one of {list(IMAGE_DECODE)} (or None to keep image bytes)"
             )
         self.image_decode = image_decode
@@ -47,9 +47,9 @@ class PartDecoder:
         try:
             return self._get().decode1(part, data)
         except UnicodeDecodeError as exc:
-            raise DatareelError(f"{where}: part {part!r} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+            raise DatasetError(f"{where}: part {part!r} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
         except Exception as exc:  # decoders raise anything: name the place, keep the cause
-            raise DatareelError(f"{where}: cannot decode part {part!r}: {type(exc).__name__}: {exc}") from exc
+            raise DatasetError(f"{where}: cannot decode part {part!r}: {type(exc).__name__}: {exc}") from exc
 
     def __getstate__(self) -> dict[str, Any]:
         return {"image_decode": self.image_decode, "_decoder": None}

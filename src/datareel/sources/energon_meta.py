@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from braceexpand import braceexpand
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 
 META = ".nv-meta"
 
@@ -38,7 +38,7 @@ def load_file(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise DatareelError(f"cannot read {path}: {exc}") from exc
+        raise DatasetError(f"cannot read {path}: {exc}") from exc
 
 
 def read_info(root: Path) -> dict[str, int]:
@@ -48,7 +48,7 @@ def read_info(root: Path) -> dict[str, int]:
     info = load_file(path)
     counts = info.get("shard_counts") if isinstance(info, dict) else None
     if not isinstance(counts, dict) or not all(isinstance(v, int) and v >= 0 for v in counts.values()):
-        raise DatareelError(
+        raise DatasetError(
             f"{path} has no valid 'shard_counts' mapping (shard path -> sample count); re-run "
             f"`datareel prepare` or `energon prepare` on {root}"
         )
@@ -59,7 +59,7 @@ def _expand(entries: Any, path: Path, what: str) -> list[str]:
     if entries is None:
         return []
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-        raise DatareelError(f"{path}: {what} must be a list of strings, got {entries!r}")
+        raise DatasetError(f"{path}: {what} must be a list of strings, got {entries!r}")
     return [item for entry in entries for item in braceexpand(entry)]
 
 
@@ -70,13 +70,13 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
     if not path.is_file() and split_config == "split.yaml" and (meta / "split.json").is_file():
         path = meta / "split.json"
     if not path.is_file():
-        raise DatareelError(f"split file {path} is missing; run `datareel prepare` on {root}")
+        raise DatasetError(f"split file {path} is missing; run `datareel prepare` on {root}")
     config = load_file(path)
     parts = config.get("split_parts") if isinstance(config, dict) else None
     if not isinstance(parts, dict):
-        raise DatareelError(f"{path} has no 'split_parts' mapping of split name -> shard list")
+        raise DatasetError(f"{path} has no 'split_parts' mapping of split name -> shard list")
     if split not in parts:
-        raise DatareelError(
+        raise DatasetError(
             f"split {split!r} is not in {path}; it has {sorted(parts)}: pass one of them as split="
         )
     shards = _expand(parts[split], path, f"split_parts[{split!r}]")
@@ -92,14 +92,14 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
             shard, slash, rest = shard.rpartition("/")
             key = f"{rest}/{key}"
         if not slash:
-            raise DatareelError(
+            raise DatasetError(
                 f"{path}: exclude entry {entry!r} names neither a shard of the dataset nor "
                 f"'<shard>/<sample key>'"
             )
         excluded_samples.setdefault(shard, set()).add(key)
     unknown = [s for s in shards if s not in info]
     if unknown:
-        raise DatareelError(
+        raise DatasetError(
             f"{path}: split {split!r} names shards that {META}/.info.json does not list: {unknown[:5]}; "
             f"re-run `datareel prepare` on {root}"
         )
@@ -111,10 +111,10 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
 def read_dataset_yaml(root: Path, dataset_config: str = "dataset.yaml") -> dict[str, Any]:
     path = root / META / dataset_config
     if not path.is_file():
-        raise DatareelError(
+        raise DatasetError(
             f"{path} is missing; write it (e.g. `datareel prepare {root} --sample-type CrudeWebdataset`)"
         )
     config = load_file(path)
     if not isinstance(config, dict):
-        raise DatareelError(f"{path} must hold a mapping, got {config!r}")
+        raise DatasetError(f"{path} must hold a mapping, got {config!r}")
     return config

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 
 # type name -> (required fields, optional fields)
 SAMPLE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -47,7 +47,7 @@ def parse_field(spec: str, where: str) -> tuple[Access, ...]:
     for alt in spec.split(","):
         match = _ACCESS.match(alt.strip())
         if not match:
-            raise DatareelError(f"{where}: field_map value {spec!r} is not 'part', 'part[k][0]' or 'a,b'")
+            raise DatasetError(f"{where}: field_map value {spec!r} is not 'part', 'part[k][0]' or 'a,b'")
         steps = re.findall(r"\[([^\]]+)\]", match.group(2))
         alternatives.append(Access(match.group(1), tuple(int(s) if s.isdigit() else s for s in steps)))
     return tuple(alternatives)
@@ -73,14 +73,14 @@ class TypedFields:
                     try:
                         out[field] = access.get(decode(access.part, raw[access.part]))
                     except (KeyError, IndexError, TypeError) as exc:
-                        raise DatareelError(
+                        raise DatasetError(
                             f"{where}: field {field!r} = {access.part}{''.join(f'[{s}]' for s in access.path)} "
                             f"cannot be read from the decoded part: {exc!r}"
                         ) from exc
                     break
             else:
                 wanted = " or ".join(a.part for a in alternatives)
-                raise DatareelError(
+                raise DatasetError(
                     f"{where}: field {field!r} of {self.sample_type} needs part {wanted}, but the sample has "
                     f"only {sorted(raw)}; fix field_map in dataset.yaml"
                 )
@@ -91,7 +91,7 @@ def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
     """Interpret a ``dataset.yaml`` mapping. -> ``None`` for crude datasets, else the field map."""
     cls = config.get("__class__")
     if "sample_loader" in config or "part_filter" in config:
-        raise DatareelError(
+        raise DatasetError(
             f"{where}: 'sample_loader'/'part_filter' run Python code from the dataset, which datareel does "
             f"not do; describe the sample with sample_type + field_map, or use CrudeWebdataset and an encoder"
         )
@@ -103,21 +103,21 @@ def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
     elif isinstance(cls, str) and cls.endswith("Webdataset"):  # legacy: CaptioningWebdataset + field_map
         name = cls[: -len("Webdataset")] + "Sample"
     else:
-        raise DatareelError(
+        raise DatasetError(
             f"{where}: expected __class__: {CRUDE} or a sample_type with field_map, got {dict(config)!r}"
         )
     if name not in SAMPLE_TYPES:
-        raise DatareelError(
+        raise DatasetError(
             f"{where}: sample_type {name!r} is not supported; supported: {sorted(SAMPLE_TYPES)} and {CRUDE}"
         )
     required, optional = SAMPLE_TYPES[name]
     field_map = config.get("field_map")
     if not isinstance(field_map, Mapping) or not field_map:
-        raise DatareelError(f"{where}: sample_type {name} needs a field_map (field -> part), e.g. {{{required[0]}: txt}}")
+        raise DatasetError(f"{where}: sample_type {name} needs a field_map (field -> part), e.g. {{{required[0]}: txt}}")
     unknown = [f for f in field_map if f not in required + optional]
     missing = [f for f in required if f not in field_map]
     if unknown or missing:
-        raise DatareelError(
+        raise DatasetError(
             f"{where}: field_map for {name} " + (f"names unknown fields {unknown}" if unknown else "")
             + (" and " if unknown and missing else "") + (f"lacks required fields {missing}" if missing else "")
             + f"; {name} has fields {list(required + optional)}"

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import DatareelError
+from ..errors import OptionError
 from .lengths import LengthSpec, check_spec, lengths_of
 from .base import MappedSource, Source
 
@@ -38,7 +38,7 @@ class SampleMeta:
     @property
     def length(self) -> int:
         if self._length is None:
-            raise DatareelError(
+            raise OptionError(
                 f"the filter on {self._source.name} asked for a length, but none was given: pass "
                 f"datareel.filter(..., length='index' | 'bytes' | fn)"
             )
@@ -50,7 +50,7 @@ class FilteredSource(MappedSource):
 
     def __init__(self, base: Source, kept: np.ndarray, label: str, name: str | None = None):
         if len(kept) == 0:
-            raise DatareelError(f"the filter {label} keeps no sample of {base.name}")
+            raise OptionError(f"the filter {label} keeps no sample of {base.name}")
         self.base, self.kept, self.label = base, kept, label
         self.name = name if name is not None else base.name
 
@@ -81,11 +81,11 @@ def filter(dataset: Source, predicate: Callable[[SampleMeta], bool], *, length: 
         no_test = datareel.filter(corpus, lambda m: not m.key.startswith("test/"))
     """
     if not isinstance(dataset, Source):
-        raise DatareelError(
+        raise OptionError(
             f"datareel.filter works on one dataset, got {type(dataset).__name__}; filter each source before mixing"
         )
     if not callable(predicate):
-        raise DatareelError(f"predicate={predicate!r} must be a function of one SampleMeta")
+        raise OptionError(f"predicate={predicate!r} must be a function of one SampleMeta")
     n = len(dataset)
     lengths = None
     if length is not None:

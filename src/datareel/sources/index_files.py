@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 
 DTYPE = np.dtype("<u8")
 
@@ -23,11 +23,11 @@ def read_index(path: Path) -> np.ndarray:
     try:
         size = os.path.getsize(path)
     except FileNotFoundError:
-        raise DatareelError(
+        raise DatasetError(
             f"index file {path} is missing; run `datareel prepare` on the dataset to write it"
         ) from None
     if size < DTYPE.itemsize or size % DTYPE.itemsize:
-        raise DatareelError(
+        raise DatasetError(
             f"index file {path} has {size} bytes, not a whole number (>= 1) of 8-byte offsets; it is "
             f"damaged: re-run `datareel prepare`"
         )

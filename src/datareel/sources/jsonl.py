@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 from .base import Sample, Source, file_check
 from .index_files import read_index
 
@@ -21,16 +21,16 @@ class JsonlSource(Source):
     def __init__(self, path: str | os.PathLike, *, name: str | None = None):
         self.path = Path(path)
         if not self.path.is_file():
-            raise DatareelError(f"JSONL file {self.path} does not exist")
+            raise DatasetError(f"JSONL file {self.path} does not exist")
         idx = read_index(Path(f"{self.path}.idx"))
         size = self.path.stat().st_size
         if int(idx[-1]) != size:
-            raise DatareelError(
+            raise DatasetError(
                 f"index {self.path}.idx ends at byte {int(idx[-1])} but {self.path} has {size} bytes: the file "
                 f"changed since it was indexed; run `datareel prepare {self.path}` again"
             )
         if len(idx) < 2:
-            raise DatareelError(f"{self.path} holds no samples")
+            raise DatasetError(f"{self.path} holds no samples")
         self._size = len(idx) - 1
         self.name = name if name is not None else self.path.name
         self._pid: int | None = None
@@ -48,9 +48,9 @@ class JsonlSource(Source):
         try:
             return Sample(__key__=str(index), json=json.loads(blob.decode("utf-8")))
         except UnicodeDecodeError as exc:
-            raise DatareelError(f"{where}: not valid UTF-8 ({exc.reason} at byte {start + exc.start})") from exc
+            raise DatasetError(f"{where}: not valid UTF-8 ({exc.reason} at byte {start + exc.start})") from exc
         except json.JSONDecodeError as exc:
-            raise DatareelError(f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`") from exc
+            raise DatasetError(f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`") from exc
 
     def _open(self) -> None:
         if self._pid != os.getpid():

@@ -17,7 +17,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from ..errors import DatareelError
+from ..errors import DatasetError, OptionError
 from .base import Source
 
 LengthFn = Callable[[Source, np.ndarray], np.ndarray]
@@ -30,7 +30,7 @@ _cache: dict[str, np.ndarray] = {}
 
 def check_spec(length: Any, what: str) -> None:
     if not (callable(length) or length in ("index", "bytes")):
-        raise DatareelError(
+        raise OptionError(
             f"{what}: length={length!r} must be 'index' (a length index from `datareel prepare --lengths`), "
             f"'bytes', or a function fn(source, indices) -> lengths"
         )
@@ -42,7 +42,7 @@ def lengths_of(source: Source, indices: np.ndarray, length: LengthSpec) -> np.nd
     if callable(length):
         out = np.asarray(length(source, indices))
         if out.shape != indices.shape or not np.issubdtype(out.dtype, np.integer):
-            raise DatareelError(
+            raise OptionError(
                 f"the length function returned {out.dtype}{list(out.shape)} for {len(indices)} samples of "
                 f"{source.name}; it must return one integer per index"
             )
@@ -60,7 +60,7 @@ def load_index(source: Source) -> np.ndarray:
         return _cache[key]
     side = Path(f"{path}.json")
     if not path.is_file() or not side.is_file():
-        raise DatareelError(
+        raise DatasetError(
             f"{source.name} has no length index ({path}); compute it with "
             f"`datareel prepare <dataset> --lengths module:function`, or pack by length='bytes'"
         )
@@ -69,7 +69,7 @@ def load_index(source: Source) -> np.ndarray:
     if saved.get("check") != json.loads(json.dumps(current)):
         changed = sorted(k for k in set(saved.get("check", {})) | set(current)
                          if saved.get("check", {}).get(k) != list(current.get(k, [])))
-        raise DatareelError(
+        raise DatasetError(
             f"length index {path} is stale: {changed[:5]} changed since it was computed "
             f"(sample count, bytes or content); re-run `datareel prepare --lengths {saved.get('function')}`"
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DatareelError
+from ..errors import OptionError
 from .base import Source
 
 
@@ -13,19 +13,19 @@ class SequenceSource(Source):
 
     def __init__(self, seq: Any, *, name: str | None = None):
         if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")):
-            raise DatareelError(
+            raise OptionError(
                 f"from_sequence needs an object with __len__ and __getitem__, got "
                 f"{type(seq).__name__}; wrap an iterable with list(...) first, or use "
                 f"datareel.open_dataset for files"
             )
         size = len(seq)
         if size < 1:
-            raise DatareelError(
+            raise OptionError(
                 f"from_sequence got an empty {type(seq).__name__} (len 0); a dataset needs at "
                 f"least one sample"
             )
         if name is not None and (not isinstance(name, str) or not name):
-            raise DatareelError(f"name={name!r} must be a non-empty string or None")
+            raise OptionError(f"name={name!r} must be a non-empty string or None")
         self.seq = seq
         self.name = name if name is not None else "sequence"
         self._size = size

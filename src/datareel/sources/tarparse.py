@@ -12,14 +12,14 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from ..errors import DatareelError
+from ..errors import DatasetError
 
 BLOCK = 512
 _SKIPPED_NAME = re.compile(r"__[^/]*__($|/)")
 _REGULAR = (b"0", b"\0", b"7")
 
 
-class TarFormatError(DatareelError):
+class TarFormatError(DatasetError):
     """A tar header that cannot be parsed (truncated or changed shard)."""
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DatareelError
+from ..errors import OptionError
 import numpy as np
 
 from .base import MappedSource, Source
@@ -20,7 +20,7 @@ class SourceView(MappedSource):
                  name: str | None = None):
         stop = len(base) if stop is None else stop
         if not 0 <= start < stop <= len(base):
-            raise DatareelError(
+            raise OptionError(
                 f"subset [{start}, {stop}) of {base.name} ({len(base)} samples) is empty or out of range; "
                 f"choose 0 <= start < stop <= {len(base)}"
             )

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .decode import PartDecoder
-from ..errors import DatareelError
+from ..errors import DatasetError
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .fieldmap import TypedFields, typed_fields
@@ -47,7 +47,7 @@ class WebDatasetSource(Source):
     ):
         self.root = Path(root)
         if not meta.is_prepared(self.root):
-            raise DatareelError(
+            raise DatasetError(
                 f"{self.root} is not a prepared dataset (no {meta.META}/.info.json); run "
                 f"`datareel prepare {self.root}` first"
             )
@@ -76,7 +76,7 @@ class WebDatasetSource(Source):
         self.kept = self._kept_indices() if self.split.excluded_samples else None  # (N_kept,) or None
         self._size = int(self.starts[-1]) if self.kept is None else len(self.kept)
         if self._size == 0:
-            raise DatareelError(f"split {split!r} of {self.root} holds no samples (after excludes)")
+            raise DatasetError(f"split {split!r} of {self.root} holds no samples (after excludes)")
 
     # -- opening checks -------------------------------------------------------------------------
     def _check_shards(self, counts: np.ndarray) -> None:
@@ -84,10 +84,10 @@ class WebDatasetSource(Source):
         for shard, count in zip(self.shards, counts.tolist()):
             path = self.root / shard
             if not path.is_file():
-                raise DatareelError(f"shard {path} is missing (listed in {meta.META}/.info.json)")
+                raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json)")
             idx = read_index(Path(f"{path}.idx"))
             if len(idx) != count + 1:
-                raise DatareelError(
+                raise DatasetError(
                     f"index {path}.idx holds {len(idx) - 1} samples but {meta.META}/.info.json says {count}; "
                     f"the dataset changed since it was prepared: re-run `datareel prepare`"
                 )
@@ -97,7 +97,7 @@ class WebDatasetSource(Source):
                 f.seek(end)
                 tail = f.read(BLOCK)
             if size < end or len(tail) < BLOCK or tail.count(0) != BLOCK:
-                raise DatareelError(
+                raise DatasetError(
                     f"shard {path} ({size} bytes) no longer matches its index, which ends the last sample "
                     f"at byte {end} before the tar's end blocks: the shard is truncated or changed since "
                     f"it was prepared; re-run `datareel prepare`"
@@ -138,7 +138,7 @@ class WebDatasetSource(Source):
             fd = self._files[s] = os.open(self.root / self.shards[s], os.O_RDONLY)
         blob = os.pread(fd, stop - start, start)
         if len(blob) != stop - start:
-            raise DatareelError(
+            raise DatasetError(
                 f"shard {self.root / self.shards[s]}: read {len(blob)} of {stop - start} bytes at {start}; "
                 f"the shard was truncated after it was opened"
             )
@@ -213,13 +213,13 @@ class WebDatasetSource(Source):
             if key is None:
                 key = split[0]
             elif split[0] != key:
-                raise DatareelError(
+                raise DatasetError(
                     f"{where}: sample {local} (bytes {start}-{stop}) holds keys {key!r} and {split[0]!r}; "
                     f"the shard changed since it was indexed: re-run `datareel prepare`"
                 )
             parts[split[1]] = bytes(view[offset - start : offset - start + size])
         if key is None:
-            raise DatareelError(f"{where}: sample {local} (bytes {start}-{stop}) holds no files")
+            raise DatasetError(f"{where}: sample {local} (bytes {start}-{stop}) holds no files")
         return key, parts, f"{where} key {key!r}"
 
     def read(self, index: int) -> dict[str, Any]:
