@@ -51,8 +51,9 @@ def discrepancy(trials: int = 100, length: int = 100_000) -> None:
         k = int(rng.integers(2, 9))
         w = np.maximum(rng.dirichlet(np.full(k, 0.5)), 0.001)
         w /= w.sum()
-        plan, _ = build_plan(datareel.mix([(source(10, f"s{i}"), float(x)) for i, x in enumerate(w)]), seed=t,
-                             shuffle=False)
+        plan, _ = build_plan(
+            datareel.mix([(source(10, f"s{i}"), float(x)) for i, x in enumerate(w)]), seed=t, shuffle=False
+        )
         ids, _ = plan.resolve(np.arange(length))
         onehot = np.zeros((length + 1, k), dtype=np.int64)
         onehot[np.arange(1, length + 1), ids] = 1

@@ -35,7 +35,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=31)
     args = parser.parse_args()
     dataset = datareel.from_sequence(Rows(), name="rows")
-    template = datareel.Loader(dataset, global_batch_size=64, micro_batch_size=8, rank=3, world_size=8, seed=1).state_dict()
+    template = datareel.Loader(
+        dataset, global_batch_size=64, micro_batch_size=8, rank=3, world_size=8, seed=1
+    ).state_dict()
     states = {c: {**template, "cursor": c} for c in (0, 10**12)}
     times: dict[int, list[float]] = {c: [] for c in states}
     for c in states:
@@ -45,7 +47,10 @@ def main() -> None:
             times[c].append(first_batch_seconds(dataset, state))
     med = {c: statistics.median(ts) for c, ts in times.items()}
     for c, ts in times.items():
-        print(f"cursor {c:.0e}: median {med[c] * 1e3:.3f} ms (min {min(ts) * 1e3:.3f} – max {max(ts) * 1e3:.3f}) over {len(ts)}")
+        print(
+            f"cursor {c:.0e}: median {med[c] * 1e3:.3f} ms "
+            f"(min {min(ts) * 1e3:.3f} – max {max(ts) * 1e3:.3f}) over {len(ts)}"
+        )
     print(f"ratio of medians (10^12 / 0): {med[10**12] / med[0]:.3f}")
 
 

@@ -13,6 +13,7 @@ counted), then times ``--batches`` batches.  Figures: samples/s, median
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import subprocess
@@ -20,7 +21,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import io
 from pathlib import Path
 
 import datareel
@@ -37,18 +37,28 @@ def build(root: Path, shards: int = 20, per_shard: int = 1000) -> None:
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
     energon = str(Path(sys.executable).parent / "energon")
-    subprocess.run([energon, "prepare", str(root), "--non-interactive", "--split-ratio=1,0,0",
-                    "--sample-type=CrudeWebdataset"], check=True, capture_output=True)
+    subprocess.run(
+        [energon, "prepare", str(root), "--non-interactive", "--split-ratio=1,0,0", "--sample-type=CrudeWebdataset"],
+        check=True,
+        capture_output=True,
+    )
 
 
 def datareel_loader(root: Path, workers: int):
-    return datareel.Loader(datareel.open_dataset(root), global_batch_size=32, micro_batch_size=32, seed=1,
-                           num_workers=workers)
+    return datareel.Loader(
+        datareel.open_dataset(root), global_batch_size=32, micro_batch_size=32, seed=1, num_workers=workers
+    )
 
 
 def energon_loader(root: Path, workers: int):
-    from megatron.energon import (Cooker, DefaultTaskEncoder, WorkerConfig, get_savable_loader, get_train_dataset,
-                                  stateless)
+    from megatron.energon import (
+        Cooker,
+        DefaultTaskEncoder,
+        WorkerConfig,
+        get_savable_loader,
+        get_train_dataset,
+        stateless,
+    )
 
     class Passthrough(DefaultTaskEncoder):
         cookers = [Cooker(stateless(lambda sample: sample))]
@@ -56,9 +66,15 @@ def energon_loader(root: Path, workers: int):
         def batch(self, samples):
             return samples
 
-    dataset = get_train_dataset(str(root), split_part="train", batch_size=32, shuffle_buffer_size=100,
-                                max_samples_per_sequence=100, task_encoder=Passthrough(),
-                                worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers))
+    dataset = get_train_dataset(
+        str(root),
+        split_part="train",
+        batch_size=32,
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=100,
+        task_encoder=Passthrough(),
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+    )
     return get_savable_loader(dataset)
 
 
@@ -93,8 +109,11 @@ def main() -> None:
                 ours.append(rate(datareel_loader, root, workers, args.batches))
                 theirs.append(rate(energon_loader, root, workers, args.batches))
             fmt = lambda v: f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"  # noqa: E731
-            print(f"| {workers} | {fmt(ours)} | {fmt(theirs)} | {statistics.median(ours) / statistics.median(theirs):.2f} |",
-                  flush=True)
+            print(
+                f"| {workers} | {fmt(ours)} | {fmt(theirs)} "
+                f"| {statistics.median(ours) / statistics.median(theirs):.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

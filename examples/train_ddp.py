@@ -79,8 +79,13 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = DistributedDataParallel(torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    loader = datareel.Loader(make_dataset(args.samples, args.seed), global_batch_size=args.global_batch_size,
-                             micro_batch_size=args.micro_batch_size, seed=args.seed, num_workers=args.num_workers)
+    loader = datareel.Loader(
+        make_dataset(args.samples, args.seed),
+        global_batch_size=args.global_batch_size,
+        micro_batch_size=args.micro_batch_size,
+        seed=args.seed,
+        num_workers=args.num_workers,
+    )
 
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = args.ckpt_dir / "latest.pt"
@@ -106,7 +111,9 @@ def main() -> None:
         for a in range(loader.accumulation_steps):
             batch = next(it)
             if log:
-                log.write(json.dumps({"positions": batch["__positions__"].tolist(), "ids": batch["id"].tolist()}) + "\n")
+                log.write(
+                    json.dumps({"positions": batch["__positions__"].tolist(), "ids": batch["id"].tolist()}) + "\n"
+                )
                 log.flush()
             sync = contextlib.nullcontext() if a == loader.accumulation_steps - 1 else model.no_sync()
             with sync:
@@ -120,8 +127,15 @@ def main() -> None:
         if step % args.ckpt_every == 0 or step == stop:
             state = loader.save_state_global(dst_rank=0)
             if rank == 0:
-                save_checkpoint(ckpt_path, {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                                            "loader": state, "global_step": step})
+                save_checkpoint(
+                    ckpt_path,
+                    {
+                        "model": model.module.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "loader": state,
+                        "global_step": step,
+                    },
+                )
                 print(f"global batch {step}: checkpoint written (loss {error.pow(2).mean().item():.4f})", flush=True)
             dist.barrier()
     loader.close()

@@ -3,9 +3,9 @@ changed import line against datareel.energon).
 
     python energon_script.py DATASET OUT_DIR STEPS [--restore] [--global-batch-size G]
 
-DATASET holds TextSample data (field_map text: txt).  Under torchrun it trains STEPS global batches (a micro-batch of 2 per rank), writing the keys of
-each batch it consumed, and saves the loader's global state at the end (rank 0); with --restore
-it first restores that state.
+DATASET holds TextSample data (field_map text: txt).  Under torchrun it trains STEPS global batches
+(a micro-batch of 2 per rank), writing the keys of each batch it consumed, and saves the loader's
+global state at the end (rank 0); with --restore it first restores that state.
 """
 
 import json
@@ -14,7 +14,6 @@ import sys
 
 import torch
 import torch.distributed as dist
-
 from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_savable_loader, get_train_dataset  # the import line
 
 
@@ -40,8 +39,15 @@ def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     worker_config = WorkerConfig.default_worker_config(num_workers=1)
-    train_ds = get_train_dataset(dataset, batch_size=2, shuffle_buffer_size=100, max_samples_per_sequence=100,
-                                 worker_config=worker_config, task_encoder=Encoder(), **extra)
+    train_ds = get_train_dataset(
+        dataset,
+        batch_size=2,
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=100,
+        worker_config=worker_config,
+        task_encoder=Encoder(),
+        **extra,
+    )
     loader = get_savable_loader(train_ds)
     state_path = os.path.join(out_dir, "state.pt")
     if "--restore" in sys.argv:

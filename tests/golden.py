@@ -79,26 +79,41 @@ def build(recipe: str, tmp: Path, *, world_size: int = 2, micro_batch_size: int 
     if recipe == "plain":
         return datareel.Loader(datareel.from_sequence(seq, name="data"), global_batch_size=12, seed=1, **topo)
     if recipe == "finite":
-        return datareel.Loader(datareel.from_sequence(seq[:50], name="data"), global_batch_size=12, seed=3,
-                               repeat=False, **topo)
+        return datareel.Loader(
+            datareel.from_sequence(seq[:50], name="data"), global_batch_size=12, seed=3, repeat=False, **topo
+        )
     if recipe == "mix":
         a = datareel.from_sequence(seq[:30], name="a")
         b = datareel.from_sequence(seq[30:], name="b")
         inner = datareel.mix_epochized([(a, 1), (b, 0.5)])
-        return datareel.Loader(datareel.mix([(inner, 0.7), (datareel.from_sequence(seq, name="c"), 0.3)]),
-                               global_batch_size=12, seed=2, **topo)
+        return datareel.Loader(
+            datareel.mix([(inner, 0.7), (datareel.from_sequence(seq, name="c"), 0.3)]),
+            global_batch_size=12,
+            seed=2,
+            **topo,
+        )
     if recipe == "packed_fn":
-        return datareel.Loader(datareel.from_sequence(seq, name="docs"), global_batch_size=4, seed=5,
-                               task_encoder=Packer(),
-                               packing=datareel.Packing(max_length=64, length=docs_length, window=16), **topo)
+        return datareel.Loader(
+            datareel.from_sequence(seq, name="docs"),
+            global_batch_size=4,
+            seed=5,
+            task_encoder=Packer(),
+            packing=datareel.Packing(max_length=64, length=docs_length, window=16),
+            **topo,
+        )
     if recipe == "packed_bytes":
         root = tmp / "wds"
         if not root.exists():
             write_wds(root)
         ds = datareel.open_dataset(root, decode=False)
-        return datareel.Loader(ds, global_batch_size=4, seed=6, task_encoder=WdsPacker(),
-                               packing=datareel.Packing(max_length=4096, length="bytes", window=10,
-                                                        over_length="drop"), **topo)
+        return datareel.Loader(
+            ds,
+            global_batch_size=4,
+            seed=6,
+            task_encoder=WdsPacker(),
+            packing=datareel.Packing(max_length=4096, length="bytes", window=10, over_length="drop"),
+            **topo,
+        )
     raise KeyError(recipe)
 
 
@@ -130,8 +145,14 @@ def record(tmp: Path) -> list[dict[str, Any]]:
                 taken += 1
             state = loader.state_dict()
             after = next(it, None)
-            out.append({"recipe": recipe, "steps": taken, "state": json.dumps(state, sort_keys=True),
-                        "next_batch": None if after is None else plain(after)})
+            out.append(
+                {
+                    "recipe": recipe,
+                    "steps": taken,
+                    "state": json.dumps(state, sort_keys=True),
+                    "next_batch": None if after is None else plain(after),
+                }
+            )
             loader.close()
     return out
 
@@ -144,6 +165,7 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         entries = record(Path(tmp))
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps({"written_by": f"datareel {datareel.__version__}", "entries": entries}, indent=1)
-                      + "\n")
+    GOLDEN.write_text(
+        json.dumps({"written_by": f"datareel {datareel.__version__}", "entries": entries}, indent=1) + "\n"
+    )
     print(f"wrote {len(entries)} states to {GOLDEN}")

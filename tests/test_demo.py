@@ -3,9 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from datareel.cli import demo
 
 
+@pytest.mark.slow
 def test_demo_command_passes():
     proc = subprocess.run([sys.executable, "-m", "datareel", "demo"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

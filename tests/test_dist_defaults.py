@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -20,8 +21,7 @@ def _free_port() -> int:
 def _worker(rank: int, port: int, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        loader = datareel.Loader([{"id": i} for i in range(20)], global_batch_size=8, micro_batch_size=2,
-                                 shuffle=False)
+        loader = datareel.Loader([{"id": i} for i in range(20)], global_batch_size=8, micro_batch_size=2, shuffle=False)
         batch = next(iter(loader))
         with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
             f.write(f"{loader.rank} {loader.world_size} {batch['__positions__'].tolist()}")
@@ -29,6 +29,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_rank_and_world_size_come_from_the_process_group(tmp_path):
     mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="spawn", join=True)
     assert (tmp_path / "rank0").read_text() == "0 2 [0, 1]"

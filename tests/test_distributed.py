@@ -20,10 +20,21 @@ import pytest
 import torch.distributed.checkpoint as dcp
 
 import datareel
-from datareel.cli.demo import (Job, NoisyEncoder, Phase, TokenFile, assemble, job_loaders, run_phase_distributed, run_scenario,
-                           write_dataset)
-from datareel.testing import free_port, run_local
-from datareel.testing import unbatch
+from datareel.cli.demo import (
+    Job,
+    NoisyEncoder,
+    Phase,
+    TokenFile,
+    assemble,
+    job_loaders,
+    run_phase_distributed,
+    run_scenario,
+    write_dataset,
+)
+from datareel.testing import free_port, run_local, unbatch
+
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 
 ROOT = Path(__file__).resolve().parents[1]
 G, SEED = 24, 99
@@ -36,8 +47,9 @@ def test_save_globally_on_4x2_resume_on_2x3_and_3x1(tmp_path):
         Phase(world_size=2, num_workers=3, micro_batch_size=3, batches=6, restore="src0"),
         Phase(world_size=3, num_workers=1, micro_batch_size=2, batches=6, restore="every"),
     )
-    reference, results, state = run_scenario(data, phases, seed=SEED, global_batch_size=G, work=tmp_path,
-                                             runner=run_phase_distributed)
+    reference, results, state = run_scenario(
+        data, phases, seed=SEED, global_batch_size=G, work=tmp_path, runner=run_phase_distributed
+    )
     assert state is not None and json.loads(state)["cursor"] == 5 * G
     assert [r["__positions__"] for b in reference for r in b] == list(range(11 * G))
     for phase, first, batches in results:
@@ -62,17 +74,36 @@ def _dcp_rank(rank: int, world: int, job: Job, ckpt: str, mode: str) -> None:
 def test_dcp_save_on_4_ranks_load_on_2(tmp_path):
     data = str(write_dataset(tmp_path, 70, seed=SEED))
     ckpt = str(tmp_path / "dcp")
-    save = Job(data=data, seed=SEED, global_batch_size=G, state_in=None, out_dir=str(tmp_path / "save"),
-               phase=Phase(world_size=4, num_workers=1, micro_batch_size=3, batches=4))
-    load = Job(data=data, seed=SEED, global_batch_size=G, state_in=None, out_dir=str(tmp_path / "load"),
-               phase=Phase(world_size=2, num_workers=0, micro_batch_size=4, batches=4))
+    save = Job(
+        data=data,
+        seed=SEED,
+        global_batch_size=G,
+        state_in=None,
+        out_dir=str(tmp_path / "save"),
+        phase=Phase(world_size=4, num_workers=1, micro_batch_size=3, batches=4),
+    )
+    load = Job(
+        data=data,
+        seed=SEED,
+        global_batch_size=G,
+        state_in=None,
+        out_dir=str(tmp_path / "load"),
+        phase=Phase(world_size=2, num_workers=0, micro_batch_size=4, batches=4),
+    )
     for job, mode in ((save, "save"), (load, "load")):
         os.makedirs(job.out_dir)
         run_local(_dcp_rank, job.phase.world_size, job, ckpt, mode, timeout=180)
-    got = [assemble([json.loads(Path(j.out_dir, f"rank{r}.json").read_text()) for r in range(j.phase.world_size)], 4)
-           for j in (save, load)]
-    reference = datareel.Loader(datareel.from_sequence(TokenFile(data), name="demo-tokens"), global_batch_size=G,
-                                micro_batch_size=G, seed=SEED, task_encoder=NoisyEncoder())
+    got = [
+        assemble([json.loads(Path(j.out_dir, f"rank{r}.json").read_text()) for r in range(j.phase.world_size)], 4)
+        for j in (save, load)
+    ]
+    reference = datareel.Loader(
+        datareel.from_sequence(TokenFile(data), name="demo-tokens"),
+        global_batch_size=G,
+        micro_batch_size=G,
+        seed=SEED,
+        task_encoder=NoisyEncoder(),
+    )
     it = iter(reference)
     expected = [unbatch(next(it)) for _ in range(8)]
     assert got[0] + got[1] == expected
@@ -92,8 +123,14 @@ def _diverge_rank(rank: int, world: int, job: Job) -> None:
 
 
 def test_divergent_rank_makes_save_state_global_raise(tmp_path):
-    job = Job(data=str(write_dataset(tmp_path, 50)), seed=1, global_batch_size=G, state_in=None,
-              out_dir=str(tmp_path), phase=Phase(world_size=3, num_workers=0, micro_batch_size=2, batches=1))
+    job = Job(
+        data=str(write_dataset(tmp_path, 50)),
+        seed=1,
+        global_batch_size=G,
+        state_in=None,
+        out_dir=str(tmp_path),
+        phase=Phase(world_size=3, num_workers=0, micro_batch_size=2, batches=1),
+    )
     run_local(_diverge_rank, 3, job, timeout=120)
     for rank in range(3):
         message = Path(tmp_path, f"rank{rank}.txt").read_text()
@@ -108,8 +145,17 @@ def _load_example():
 
 
 def _torchrun(nproc: int, *args: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(ROOT / "examples" / "train_ddp.py"), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--nnodes=1",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(ROOT / "examples" / "train_ddp.py"),
+        *args,
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -144,15 +190,32 @@ def _read_log(directory: Path, ranks: int) -> list[dict]:
 def test_sigkill_mid_run_then_resume_on_fewer_ranks(tmp_path):
     import torch
 
-    common = ["--ckpt-dir", str(tmp_path / "ckpt"), "--global-batches", "16", "--ckpt-every", "3",
-              "--samples", "50", "--seed", "5", "--global-batch-size", str(G), "--micro-batch-size", "3"]
+    common = [
+        "--ckpt-dir",
+        str(tmp_path / "ckpt"),
+        "--global-batches",
+        "16",
+        "--ckpt-every",
+        "3",
+        "--samples",
+        "50",
+        "--seed",
+        "5",
+        "--global-batch-size",
+        str(G),
+        "--micro-batch-size",
+        "3",
+    ]
     killed = _torchrun(4, *common, "--num-workers", "1", "--sleep", "0.3", "--log-dir", str(tmp_path / "log1"))
     ckpt = tmp_path / "ckpt" / "latest.pt"
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and killed.poll() is None:
             # wait until a checkpoint exists and the job has gone past it
-            if ckpt.exists() and len(_read_log(tmp_path / "log1", 4)) > torch.load(ckpt, weights_only=False)["loader"]["cursor"] + G:
+            if (
+                ckpt.exists()
+                and len(_read_log(tmp_path / "log1", 4)) > torch.load(ckpt, weights_only=False)["loader"]["cursor"] + G
+            ):
                 break
             time.sleep(0.05)
         assert killed.poll() is None, "the job ended before it could be killed:\n" + killed.stdout.read()
@@ -194,7 +257,9 @@ def test_single_process_global_save_and_restore():
     other.restore_state_global(state)
     assert other.cursor == 2
     with pytest.raises(datareel.DatareelError, match="torch.distributed"):
-        datareel.Loader(list(range(10)), global_batch_size=2, micro_batch_size=1, rank=0, world_size=2).save_state_global()
+        datareel.Loader(
+            list(range(10)), global_batch_size=2, micro_batch_size=1, rank=0, world_size=2
+        ).save_state_global()
     with pytest.raises(datareel.DatareelError, match="pass the state"):
         other.restore_state_global(None)
 
@@ -205,13 +270,15 @@ def _tp_rank(rank: int, world: int, out_dir: str) -> None:
     # world 4 = data-parallel 2 × tensor-parallel 2; TP peers (0, 1) and (2, 3) share a DP rank
     groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
     dp_group = groups[rank % 2]
-    loader = datareel.Loader([{"id": i} for i in range(40)], global_batch_size=8, micro_batch_size=2, seed=3,
-                             data_parallel_group=dp_group)
+    loader = datareel.Loader(
+        [{"id": i} for i in range(40)], global_batch_size=8, micro_batch_size=2, seed=3, data_parallel_group=dp_group
+    )
     it = iter(loader)
     ids = [next(it)["id"].tolist() for _ in range(loader.accumulation_steps)]
     state = loader.save_state_global(dst_rank=0)
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"dp": [loader.rank, loader.world_size], "ids": ids,
-                                                             "state": state}))
+    Path(out_dir, f"rank{rank}.json").write_text(
+        json.dumps({"dp": [loader.rank, loader.world_size], "ids": ids, "state": state})
+    )
 
 
 def test_tensor_parallel_peers_share_batches(tmp_path):
@@ -224,7 +291,8 @@ def test_tensor_parallel_peers_share_batches(tmp_path):
 
 
 def test_demo_distributed_command():
-    proc = subprocess.run([sys.executable, "-m", "datareel", "demo", "--distributed"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "datareel", "demo", "--distributed"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "real processes" in proc.stdout and "PASS" in proc.stdout and "DIFFERENT" not in proc.stdout

@@ -41,15 +41,20 @@ def scenarios(draw, min_workers: int, max_workers: int, max_steps: int):
     delta = draw(st.integers(0, batches * G), label="distance before it")
     start = max(0, (epoch * n - delta) // G * G)
     seed = draw(st.integers(0, 2**32), label="seed")
-    return dict(n=n, G=G, before=Topology(W, N, m), after=Topology(W2, N2, m2),
-                batches=batches, start=start, seed=seed)
+    return dict(n=n, G=G, before=Topology(W, N, m), after=Topology(W2, N2, m2), batches=batches, start=start, seed=seed)
 
 
 def _run(s):
     data = datareel.from_sequence([{"id": i} for i in range(s["n"])], name="ids")
     report = check_restore_everywhere(
-        data, global_batch_size=s["G"], before=s["before"], after=s["after"], start=s["start"],
-        global_batches=s["batches"], seed=s["seed"], task_encoder=NoisyEncoder(),
+        data,
+        global_batch_size=s["G"],
+        before=s["before"],
+        after=s["after"],
+        start=s["start"],
+        global_batches=s["batches"],
+        seed=s["seed"],
+        task_encoder=NoisyEncoder(),
     )
     assert report["restored"] >= 1  # at least the global-batch boundaries restore
     _check_exactly_once_per_epoch(data, s)
@@ -98,20 +103,36 @@ def _webdataset_dir() -> Path:
 
 class KeyNoise:
     def encode_sample(self, sample):
-        return {"__key__": sample["__key__"], "txt": sample["txt"],
-                "noise": int(datareel.sample_rng().integers(0, 2**31))}
+        return {
+            "__key__": sample["__key__"],
+            "txt": sample["txt"],
+            "noise": int(datareel.sample_rng().integers(0, 2**31)),
+        }
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(W=st.integers(1, 3), W2=st.integers(1, 3), m=st.integers(1, 3), m2=st.integers(1, 3),
-       factor=st.integers(1, 2), epoch=st.integers(0, 2), seed=st.integers(0, 2**32))
+@given(
+    W=st.integers(1, 3),
+    W2=st.integers(1, 3),
+    m=st.integers(1, 3),
+    m2=st.integers(1, 3),
+    factor=st.integers(1, 2),
+    epoch=st.integers(0, 2),
+    seed=st.integers(0, 2**32),
+)
 def test_elastic_restore_on_a_webdataset_source_with_2_workers(W, W2, m, m2, factor, epoch, seed):
     data = datareel.open_dataset(_webdataset_dir())
     G = math.lcm(m * W, m2 * W2) * factor
     batches = max(1, min(4, 12 // (G // (m * W))))
     start = max(0, (epoch * len(data) - G) // G * G)  # cross an epoch boundary
     report = check_restore_everywhere(
-        data, global_batch_size=G, before=Topology(W, 2, m), after=Topology(W2, 2, m2), start=start,
-        global_batches=batches, seed=seed, task_encoder=KeyNoise(),
+        data,
+        global_batch_size=G,
+        before=Topology(W, 2, m),
+        after=Topology(W2, 2, m2),
+        start=start,
+        global_batches=batches,
+        seed=seed,
+        task_encoder=KeyNoise(),
     )
     assert report["restored"] >= 1

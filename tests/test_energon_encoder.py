@@ -32,9 +32,14 @@ class CaptionEncoder(DefaultTaskEncoder[CaptioningSample, CaptioningSample, Capt
         return sample
 
     def batch(self, samples: list[CaptioningSample]) -> CaptionBatch:
-        return CaptionBatch(images=torch.stack([s.image for s in samples]), captions=[s.caption for s in samples],
-                            __key__=[s.__key__ for s in samples], __restore_key__=(), __subflavors__=[],
-                            __sources__=())
+        return CaptionBatch(
+            images=torch.stack([s.image for s in samples]),
+            captions=[s.caption for s in samples],
+            __key__=[s.__key__ for s in samples],
+            __restore_key__=(),
+            __subflavors__=[],
+            __sources__=(),
+        )
 
     def encode_batch(self, batch: CaptionBatch) -> dict:
         return {"images": batch.images, "captions": batch.captions, "keys": batch.__key__}
@@ -47,18 +52,32 @@ class CaptionEncoder(DefaultTaskEncoder[CaptioningSample, CaptioningSample, Capt
 def captions(tmp_path_factory):
     root = tmp_path_factory.mktemp("captions")
     build_shards(root, shard_sizes=(6, 5), long_names=False)
-    prepare_webdataset(root, sample_type="CaptioningSample", field_map={"image": "png", "caption": "txt"},
-                       progress=False)
+    prepare_webdataset(
+        root, sample_type="CaptioningSample", field_map={"image": "png", "caption": "txt"}, progress=False
+    )
     return root
 
 
 def test_energon_encoder_runs_unmodified(captions):
-    loader = datareel.Loader(datareel.open_dataset(captions), global_batch_size=4, micro_batch_size=4, seed=1,
-                             task_encoder=CaptionEncoder())
+    loader = datareel.Loader(
+        datareel.open_dataset(captions), global_batch_size=4, micro_batch_size=4, seed=1, task_encoder=CaptionEncoder()
+    )
     batch = next(iter(loader))
     assert batch["images"].shape == (4, 3, 4, 4) and all(c.startswith("SAMPLE NUMBER") for c in batch["captions"])
-    again = next(iter(datareel.Loader(datareel.open_dataset(captions), global_batch_size=4, micro_batch_size=2,
-                                      rank=1, world_size=2, seed=1, task_encoder=CaptionEncoder(), num_workers=1)))
+    again = next(
+        iter(
+            datareel.Loader(
+                datareel.open_dataset(captions),
+                global_batch_size=4,
+                micro_batch_size=2,
+                rank=1,
+                world_size=2,
+                seed=1,
+                task_encoder=CaptionEncoder(),
+                num_workers=1,
+            )
+        )
+    )
     assert torch.equal(again["images"], batch["images"][2:])  # restore_seeds: same per position everywhere
 
 
@@ -67,17 +86,27 @@ def test_energon_encoder_elastic(captions):
         def encode_batch(self, batch):
             return {"keys": batch.__key__, "value": batch.images[:, 0, 0, 0].tolist(), "captions": batch.captions}
 
-    report = check_restore_everywhere(datareel.open_dataset(captions), global_batch_size=4, before=Topology(2, 1, 2),
-                                      after=Topology(4, 0, 1), global_batches=6, seed=3, task_encoder=Records())
+    report = check_restore_everywhere(
+        datareel.open_dataset(captions),
+        global_batch_size=4,
+        before=Topology(2, 1, 2),
+        after=Topology(4, 0, 1),
+        global_batches=6,
+        seed=3,
+        task_encoder=Records(),
+    )
     assert report["restored"] >= 6
 
 
-@pytest.mark.parametrize("override,match", [
-    ({"cookers": [Cooker(stateless(lambda s: s))]}, "cookers"),
-    ({"select_samples_to_pack": lambda self, samples: [samples]}, "select_samples_to_pack"),
-    ({"batch_group_criterion": lambda self, sample: ("a", 4)}, "batch_group_criterion"),
-    ({"postencode_sample": lambda self, sample: sample}, "postencode_sample"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ({"cookers": [Cooker(stateless(lambda s: s))]}, "cookers"),
+        ({"select_samples_to_pack": lambda self, samples: [samples]}, "select_samples_to_pack"),
+        ({"batch_group_criterion": lambda self, sample: ("a", 4)}, "batch_group_criterion"),
+        ({"postencode_sample": lambda self, sample: sample}, "postencode_sample"),
+    ],
+)
 def test_unsupported_energon_features_are_refused(captions, override, match):
     encoder = type("Custom", (CaptionEncoder,), override)()
     with pytest.raises(DatareelError, match=match):
@@ -90,8 +119,9 @@ def test_generator_encode_sample_is_refused(captions):
             yield sample
 
     with pytest.raises(DatareelError, match="generator"):
-        datareel.Loader(datareel.open_dataset(captions), global_batch_size=2, micro_batch_size=2,
-                        task_encoder=Generating())
+        datareel.Loader(
+            datareel.open_dataset(captions), global_batch_size=2, micro_batch_size=2, task_encoder=Generating()
+        )
 
 
 def test_samples_support_attribute_access(captions):
@@ -100,4 +130,4 @@ def test_samples_support_attribute_access(captions):
     sample.caption = "x"
     assert sample["caption"] == "x"
     with pytest.raises(AttributeError, match="no field 'nope'"):
-        sample.nope
+        _ = sample.nope

@@ -14,8 +14,8 @@ import torch
 
 from datareel import DatareelError, StateMismatchError
 from datareel import energon as den
-from datareel.testing import free_port, run_local
 from datareel.cli.prepare import prepare_webdataset
+from datareel.testing import free_port, run_local
 from wds_helpers import write_shard
 
 TESTS = Path(__file__).resolve().parent
@@ -40,8 +40,15 @@ def global_batches(root, W, N, count, G=8, m=2, seed=0):
     loaders = []
     for rank in range(W):
         config = den.WorkerConfig(rank=rank, world_size=W, num_workers=N, seed_offset=seed)
-        ds = den.get_train_dataset(str(root), worker_config=config, batch_size=m, shuffle_buffer_size=100,
-                                   max_samples_per_sequence=100, task_encoder=Keys(), global_batch_size=G)
+        ds = den.get_train_dataset(
+            str(root),
+            worker_config=config,
+            batch_size=m,
+            shuffle_buffer_size=100,
+            max_samples_per_sequence=100,
+            task_encoder=Keys(),
+            global_batch_size=G,
+        )
         loaders.append(iter(den.get_savable_loader(ds)))
     steps = []  # per micro-step: every rank's keys, in rank order
     for _ in range(count * G // (m * W)):
@@ -69,29 +76,61 @@ def test_reproducible_scaling_example(texts):
 
 def test_buffer_arguments_are_explained_once_and_others_refused(texts, caplog):
     config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    den._explained.clear()
+    den.datasets._explained.clear()
     with caplog.at_level(logging.INFO, logger="datareel"):
         for _ in range(2):
-            den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=100,
-                                  max_samples_per_sequence=100, parallel_shard_iters=2)
+            den.get_train_dataset(
+                str(texts),
+                worker_config=config,
+                batch_size=2,
+                shuffle_buffer_size=100,
+                max_samples_per_sequence=100,
+                parallel_shard_iters=2,
+            )
     assert caplog.text.count("shuffle_buffer_size is accepted") == 1 and "parallel_shard_iters" in caplog.text
     with pytest.raises(DatareelError, match="packing_buffer_size=16 cannot be honoured"):
-        den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=None,
-                              max_samples_per_sequence=None, packing_buffer_size=16)
+        den.get_train_dataset(
+            str(texts),
+            worker_config=config,
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            packing_buffer_size=16,
+        )
     with pytest.raises(DatareelError, match="shuffle_over_epochs_multiplier=2 cannot be honoured"):
-        den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=None,
-                              max_samples_per_sequence=None, shuffle_over_epochs_multiplier=2)
+        den.get_train_dataset(
+            str(texts),
+            worker_config=config,
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            shuffle_over_epochs_multiplier=2,
+        )
     with pytest.raises(DatareelError, match="sample_type"):
-        den.get_train_dataset(str(texts), worker_config=config, batch_size=2, shuffle_buffer_size=None,
-                              max_samples_per_sequence=None, sample_type="TextSample")
+        den.get_train_dataset(
+            str(texts),
+            worker_config=config,
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            sample_type="TextSample",
+        )
 
 
 def test_without_global_batch_size_a_world_size_change_is_refused_with_the_fix(texts):
     def loader(W, rank=0, **kw):
         config = den.WorkerConfig(rank=rank, world_size=W, num_workers=0)
-        return den.get_savable_loader(den.get_train_dataset(str(texts), worker_config=config, batch_size=2,
-                                                            shuffle_buffer_size=None, max_samples_per_sequence=None,
-                                                            task_encoder=Keys(), **kw))
+        return den.get_savable_loader(
+            den.get_train_dataset(
+                str(texts),
+                worker_config=config,
+                batch_size=2,
+                shuffle_buffer_size=None,
+                max_samples_per_sequence=None,
+                task_encoder=Keys(),
+                **kw,
+            )
+        )
 
     first = loader(1)
     it = iter(first)
@@ -105,20 +144,38 @@ def test_without_global_batch_size_a_world_size_change_is_refused_with_the_fix(t
 
 
 def test_an_energon_checkpoint_is_refused_clearly(texts, tmp_path):
-    from megatron.energon import (Cooker, DefaultTaskEncoder, WorkerConfig, get_savable_loader, get_train_dataset,
-                                  stateless)
+    from megatron.energon import (
+        Cooker,
+        DefaultTaskEncoder,
+        WorkerConfig,
+        get_savable_loader,
+        get_train_dataset,
+        stateless,
+    )
 
     class Passthrough(DefaultTaskEncoder):
         cookers = [Cooker(stateless(lambda sample: sample))]
 
-    ds = get_train_dataset(str(texts), worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=2,
-                           shuffle_buffer_size=10, max_samples_per_sequence=10, task_encoder=Passthrough())
+    ds = get_train_dataset(
+        str(texts),
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=2,
+        shuffle_buffer_size=10,
+        max_samples_per_sequence=10,
+        task_encoder=Passthrough(),
+    )
     energon_loader = get_savable_loader(ds, watchdog_timeout_seconds=None)
     next(iter(energon_loader))
     state = energon_loader.save_state_rank()
-    ours = den.get_savable_loader(den.get_train_dataset(
-        str(texts), worker_config=den.WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=2,
-        shuffle_buffer_size=None, max_samples_per_sequence=None))
+    ours = den.get_savable_loader(
+        den.get_train_dataset(
+            str(texts),
+            worker_config=den.WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+    )
     for bad in (state, [state]):
         with pytest.raises(DatareelError, match="written by Megatron-Energon.*cannot be converted"):
             ours.restore_state_rank(bad)
@@ -126,38 +183,63 @@ def test_an_energon_checkpoint_is_refused_clearly(texts, tmp_path):
 
 def test_virtual_epochs_and_val_limit(texts):
     config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
-    train = den.get_savable_loader(den.get_train_dataset(
-        str(texts), worker_config=config, batch_size=3, shuffle_buffer_size=None, max_samples_per_sequence=None,
-        virtual_epoch_length=5, task_encoder=Keys()))
+    train = den.get_savable_loader(
+        den.get_train_dataset(
+            str(texts),
+            worker_config=config,
+            batch_size=3,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            virtual_epoch_length=5,
+            task_encoder=Keys(),
+        )
+    )
     first, second = list(train), list(train)
     assert len(first) == len(second) == 5 == len(train) and first != second and train.cursor == 30
-    val = den.get_savable_loader(den.get_val_dataset(str(texts), split_part="train", worker_config=config,
-                                                     batch_size=7, task_encoder=Keys()))
+    val = den.get_savable_loader(
+        den.get_val_dataset(str(texts), split_part="train", worker_config=config, batch_size=7, task_encoder=Keys())
+    )
     keys = [k for b in val for k in b]
     assert len(keys) == 90 and keys[:2] == ["t0-000", "t0-001"] and len(val) == 13  # batches per pass
-    limited = den.get_savable_loader(den.get_val_dataset(str(texts), split_part="train", worker_config=config,
-                                                         batch_size=7, task_encoder=Keys(), limit=4))
+    limited = den.get_savable_loader(
+        den.get_val_dataset(
+            str(texts), split_part="train", worker_config=config, batch_size=7, task_encoder=Keys(), limit=4
+        )
+    )
     assert len(list(limited)) == 4 == len(limited)
-    single = den.get_savable_loader(den.get_train_dataset(
-        str(texts), worker_config=config, batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None))
+    single = den.get_savable_loader(
+        den.get_train_dataset(
+            str(texts), worker_config=config, batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None
+        )
+    )
     sample = next(iter(single))
     assert isinstance(sample, dict) and sample.text.startswith("text")
 
 
 # -- Energon's three save/restore scenarios, in real processes ------------------------------------
 
+
 def _scenario(rank, world, root, out, scenario, phase, G):
     config = den.WorkerConfig.default_worker_config(num_workers=1)
-    loader = den.get_savable_loader(den.get_train_dataset(
-        root, worker_config=config, batch_size=2, shuffle_buffer_size=100, max_samples_per_sequence=100,
-        task_encoder=Keys(), global_batch_size=G))
+    loader = den.get_savable_loader(
+        den.get_train_dataset(
+            root,
+            worker_config=config,
+            batch_size=2,
+            shuffle_buffer_size=100,
+            max_samples_per_sequence=100,
+            task_encoder=Keys(),
+            global_batch_size=G,
+        )
+    )
     out = Path(out)
     if phase == "resume":
         if scenario == "rank":
             loader.restore_state_rank(torch.load(out / f"state-{rank % 2}.pt", weights_only=False))
         elif scenario == "global-src0":
-            loader.restore_state_global(torch.load(out / "state.pt", weights_only=False) if rank == 0 else None,
-                                        src_rank=0)
+            loader.restore_state_global(
+                torch.load(out / "state.pt", weights_only=False) if rank == 0 else None, src_rank=0
+            )
         else:  # global saved, loaded by every rank
             loader.restore_state_global(torch.load(out / "state.pt", weights_only=False))
     it = iter(loader)
@@ -173,6 +255,7 @@ def _scenario(rank, world, root, out, scenario, phase, G):
 
 
 @pytest.mark.parametrize("scenario", ["rank", "global-src0", "global-every"])
+@pytest.mark.slow
 def test_energon_save_restore_scenarios_in_real_processes(texts, tmp_path, scenario):
     G = 12
     run_local(_scenario, 2, str(texts), str(tmp_path), scenario, "save", G, timeout=180)
@@ -185,6 +268,7 @@ def test_energon_save_restore_scenarios_in_real_processes(texts, tmp_path, scena
     assert chunks(got, G) == reference
 
 
+@pytest.mark.slow
 def test_an_energon_script_runs_by_changing_only_its_import(texts, tmp_path):
     original = (TESTS / "energon_script.py").read_text()
     changed = original.replace("from megatron.energon import", "from datareel.energon import")
@@ -195,8 +279,19 @@ def test_an_energon_script_runs_by_changing_only_its_import(texts, tmp_path):
 
     def torchrun(script, nproc, out, *args):
         out.mkdir(exist_ok=True)
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-               "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), str(texts), str(out), *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            "--nnodes=1",
+            "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}",
+            str(script),
+            str(texts),
+            str(out),
+            *args,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc

@@ -7,10 +7,9 @@ import logging
 import pytest
 
 import datareel
-from datareel.testing import to_python
 from datareel import DatareelError
 from datareel.cli.prepare import prepare_webdataset
-from datareel.testing import Topology, check_restore_everywhere
+from datareel.testing import Topology, check_restore_everywhere, to_python
 from wds_helpers import write_shard
 
 BAD = {7, 19}
@@ -51,16 +50,24 @@ def test_raise_names_key_source_and_position():
 
 
 def test_raise_in_a_worker_process_too():
-    loader = datareel.Loader(flaky(), global_batch_size=40, micro_batch_size=40, shuffle=False, task_encoder=Encoder(),
-                             num_workers=1)
+    loader = datareel.Loader(
+        flaky(), global_batch_size=40, micro_batch_size=40, shuffle=False, task_encoder=Encoder(), num_workers=1
+    )
     with pytest.raises(DatareelError, match="reel position 7"):
         next(iter(loader))
 
 
 def test_substitute_is_deterministic_and_logged(caplog):
     def run(**kw):
-        loader = datareel.Loader(flaky(), global_batch_size=40, micro_batch_size=40, seed=3, task_encoder=Encoder(),
-                                 on_error="substitute", **kw)
+        loader = datareel.Loader(
+            flaky(),
+            global_batch_size=40,
+            micro_batch_size=40,
+            seed=3,
+            task_encoder=Encoder(),
+            on_error="substitute",
+            **kw,
+        )
         return to_python(next(iter(loader)))
 
     with caplog.at_level(logging.WARNING, logger="datareel"):
@@ -70,24 +77,45 @@ def test_substitute_is_deterministic_and_logged(caplog):
     assert run(num_workers=2) == a
 
 
-@pytest.mark.parametrize("before,after", [(Topology(4, 0, 2), Topology(2, 2, 2)), (Topology(1, 2, 4), Topology(8, 0, 1))])
+@pytest.mark.parametrize(
+    "before,after", [(Topology(4, 0, 2), Topology(2, 2, 2)), (Topology(1, 2, 4), Topology(8, 0, 1))]
+)
 def test_substitutes_are_the_same_on_every_topology_and_restore(before, after):
-    report = check_restore_everywhere(flaky(), global_batch_size=8, before=before, after=after, global_batches=10,
-                                      seed=5, task_encoder=Encoder(), on_error="substitute")
+    report = check_restore_everywhere(
+        flaky(),
+        global_batch_size=8,
+        before=before,
+        after=after,
+        global_batches=10,
+        seed=5,
+        task_encoder=Encoder(),
+        on_error="substitute",
+    )
     assert report["restored"] >= 10
 
 
 def test_a_sample_planted_to_fail_decoding(tmp_path):
     write_shard(tmp_path / "s.tar", [(f"k{i}", {"json": b'{"i": %d}' % i}) for i in range(12)])
-    write_shard(tmp_path / "t.tar", [("k12", {"json": b"{not json"})] + [(f"k{i}", {"json": b'{"i": %d}' % i}) for i in range(13, 20)])
+    write_shard(
+        tmp_path / "t.tar",
+        [("k12", {"json": b"{not json"})] + [(f"k{i}", {"json": b'{"i": %d}' % i}) for i in range(13, 20)],
+    )
     prepare_webdataset(tmp_path, progress=False)
     ds = datareel.open_dataset(tmp_path)
 
     def keys(world_size=1, num_workers=0):
         out = []  # global batch 0, assembled from every rank's first micro-batch
         for rank in range(world_size):
-            loader = datareel.Loader(ds, global_batch_size=20, micro_batch_size=20 // world_size, seed=2,
-                                     on_error="substitute", rank=rank, world_size=world_size, num_workers=num_workers)
+            loader = datareel.Loader(
+                ds,
+                global_batch_size=20,
+                micro_batch_size=20 // world_size,
+                seed=2,
+                on_error="substitute",
+                rank=rank,
+                world_size=world_size,
+                num_workers=num_workers,
+            )
             out += next(iter(loader))["__key__"]
         return out
 

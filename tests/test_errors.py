@@ -27,8 +27,10 @@ BAD_OPTIONS = {
     "window": (lambda: Packing(max_length=8, window=2.5), "window=2.5"),
     "over_length": (lambda: Packing(max_length=8, over_length="cut"), "over_length='cut'"),
     "length": (lambda: Packing(max_length=8, length="tokens"), "length='tokens'"),
-    "packing without packer": (lambda: datareel.Loader(DATA, packing=Packing(max_length=8, length="bytes"), **LOADER),
-                               "pack_selected_samples"),
+    "packing without packer": (
+        lambda: datareel.Loader(DATA, packing=Packing(max_length=8, length="bytes"), **LOADER),
+        "pack_selected_samples",
+    ),
     "mix empty": (lambda: datareel.mix([]), "at least one"),
     "mix weight": (lambda: datareel.mix([(DATA, -1)]), "weight of 'd'=-1"),
     "mix nan": (lambda: datareel.mix([(DATA, float("nan"))]), "nan"),
@@ -53,13 +55,16 @@ def test_a_bad_argument_is_an_option_error_naming_the_value(case):
     assert named in str(err.value)
 
 
-@pytest.mark.parametrize("kwargs,named", [
-    (dict(global_batch_size=6, micro_batch_size=4), "micro_batch_size=4"),
-    (dict(global_batch_size=0, micro_batch_size=1), "global_batch_size=0"),
-    (dict(global_batch_size=4, micro_batch_size=True), "micro_batch_size=True"),
-    (dict(global_batch_size=4, micro_batch_size=1, world_size=3, rank=0), "world_size=3"),
-    (dict(global_batch_size=4, micro_batch_size=1, world_size=2, rank=2), "rank=2"),
-])
+@pytest.mark.parametrize(
+    "kwargs,named",
+    [
+        (dict(global_batch_size=6, micro_batch_size=4), "micro_batch_size=4"),
+        (dict(global_batch_size=0, micro_batch_size=1), "global_batch_size=0"),
+        (dict(global_batch_size=4, micro_batch_size=True), "micro_batch_size=True"),
+        (dict(global_batch_size=4, micro_batch_size=1, world_size=3, rank=0), "world_size=3"),
+        (dict(global_batch_size=4, micro_batch_size=1, world_size=2, rank=2), "rank=2"),
+    ],
+)
 def test_an_impossible_topology_is_a_topology_error(kwargs, named):
     with pytest.raises(TopologyError, match=named.replace("(", r"\(")):
         datareel.Loader(DATA, **kwargs)
@@ -76,8 +81,11 @@ def test_data_on_disk_problems_are_dataset_errors(tmp_path):
     with pytest.raises(DatasetError, match=r"\.jsonl\.idx|index"):
         datareel.open_dataset(bad)
     yaml_path = tmp_path / "blend.yaml"
-    yaml_path.write_text(json.dumps({"__module__": "megatron.energon", "__class__": "MetadatasetV2",
-                                     "splits": {"train": {"path": "nowhere"}}}))
+    yaml_path.write_text(
+        json.dumps(
+            {"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": {"train": {"path": "nowhere"}}}
+        )
+    )
     with pytest.raises(DatasetError):
         datareel.open_dataset(yaml_path)
 

@@ -11,7 +11,9 @@ from datareel.testing import Topology, check_restore_everywhere
 
 
 def docs(n=60):
-    items = [{"__key__": f"{'test' if i % 5 == 0 else 'train'}/{i:03d}", "id": i, "len": (i * 7) % 23} for i in range(n)]
+    items = [
+        {"__key__": f"{'test' if i % 5 == 0 else 'train'}/{i:03d}", "id": i, "len": (i * 7) % 23} for i in range(n)
+    ]
     table = np.array([d["len"] for d in items])
     return datareel.from_sequence(items, name="docs"), (lambda source, idx: table[idx])
 
@@ -36,8 +38,9 @@ def test_filter_by_length_and_key_keeps_order_and_counts():
 def test_filtered_epochs_and_elastic_restore():
     data, length = docs()
     kept = datareel.filter(data, lambda m: m.length % 2 == 0, length=length)
-    report = check_restore_everywhere(kept, global_batch_size=6, before=Topology(3, 0, 2), after=Topology(2, 2, 1),
-                                      global_batches=12, seed=4)
+    report = check_restore_everywhere(
+        kept, global_batch_size=6, before=Topology(3, 0, 2), after=Topology(2, 2, 1), global_batches=12, seed=4
+    )
     assert report["restored"] >= 12
 
 

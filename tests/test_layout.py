@@ -75,3 +75,14 @@ def test_cursor_check_mid_global_batch():
 def test_positions_dtype():
     pos = Layout(global_batch_size=4, micro_batch_size=2, world_size=2).rank_positions(10**12, 1)
     assert pos.dtype == np.int64 and pos.tolist() == [4 * 10**12 + 2, 4 * 10**12 + 3]
+
+
+@settings(max_examples=300, deadline=None)
+@given(W=st.integers(1, 5), m=st.integers(1, 4), A=st.integers(1, 3), length=st.integers(1, 200), data=st.data())
+def test_rank_steps_counts_the_non_empty_spans(W, m, A, length, data):
+    layout = Layout(global_batch_size=m * W * A, micro_batch_size=m, world_size=W)
+    S = layout.step_size
+    start = data.draw(st.sampled_from(sorted({*range(0, length, S), length})))
+    for rank in range(W):
+        spans = [layout.rank_span(s, rank, length) for s in range(-(-start // S), -(-length // S))]
+        assert layout.rank_steps(rank, length, start) == sum(1 for a, b in spans if a < b)

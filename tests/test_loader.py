@@ -33,12 +33,14 @@ def test_from_sequence_accepts_common_sequences(kind):
     elif kind == "numpy":
         seq = np.arange(24).reshape(12, 2)
     elif kind == "torch":
+
         class TorchDs(torch.utils.data.Dataset):
             def __len__(self):
                 return 12
 
             def __getitem__(self, i):
                 return torch.tensor([i, -i])
+
         seq = TorchDs()
     else:
         datasets = pytest.importorskip("datasets")
@@ -67,7 +69,11 @@ def test_from_sequence_refuses_bad_input():
 
 class Encoder:
     def encode_sample(self, sample):
-        return {"id": sample["id"], "r": float(datareel.sample_rng().random()), "r2": float(datareel.sample_rng().random())}
+        return {
+            "id": sample["id"],
+            "r": float(datareel.sample_rng().random()),
+            "r2": float(datareel.sample_rng().random()),
+        }
 
     def batch(self, samples):
         return {"ids": [s["id"] for s in samples], "r": [s["r"] for s in samples], "r2": [s["r2"] for s in samples]}
@@ -82,7 +88,10 @@ def test_task_encoder_hooks_and_sample_rng():
     batch = next(iter(loader))
     assert batch["n"] == 4 and batch["__positions__"].tolist() == [0, 1, 2, 3]
     assert batch["r"] != batch["r2"]  # repeated calls continue one generator
-    expected = [float(np.random.Generator(np.random.PCG64(np.random.SeedSequence([0x73616D70, 3, p]))).random()) for p in range(4)]
+    expected = [
+        float(np.random.Generator(np.random.PCG64(np.random.SeedSequence([0x73616D70, 3, p]))).random())
+        for p in range(4)
+    ]
     assert batch["r"] == expected  # keyed by (seed, position), nothing else
 
 
@@ -109,8 +118,9 @@ def test_collation_failure_names_the_key():
 
 
 def test_prefetched_batches_are_not_counted():
-    loader = Loader(records(100), global_batch_size=8, micro_batch_size=2, rank=0, world_size=2,
-                    num_workers=2, prefetch_factor=4)
+    loader = Loader(
+        records(100), global_batch_size=8, micro_batch_size=2, rank=0, world_size=2, num_workers=2, prefetch_factor=4
+    )
     it = iter(loader)
     assert loader.cursor == 0
     next(it)
@@ -186,13 +196,16 @@ def test_len_of_infinite_loader_is_an_error():
         len(Loader(records(3), global_batch_size=1, micro_batch_size=1))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(seed=-1), "seed=-1"),
-    (dict(num_workers=-1), "num_workers=-1"),
-    (dict(prefetch_factor=2), "num_workers >= 1"),
-    (dict(rank=2, world_size=2), "rank=2"),
-    (dict(world_size=2), "pass rank="),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(seed=-1), "seed=-1"),
+        (dict(num_workers=-1), "num_workers=-1"),
+        (dict(prefetch_factor=2), "num_workers >= 1"),
+        (dict(rank=2, world_size=2), "rank=2"),
+        (dict(world_size=2), "pass rank="),
+    ],
+)
 def test_bad_loader_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Loader(records(3), global_batch_size=4, micro_batch_size=1, **kwargs)

@@ -48,8 +48,9 @@ def source_shares(samples) -> dict[str, float]:
 
 
 def datareel_samples(path: Path, count: int, split: str = "train") -> list[dict]:
-    loader = datareel.Loader(datareel.open_dataset(path, split=split), global_batch_size=100, micro_batch_size=100,
-                             seed=7)
+    loader = datareel.Loader(
+        datareel.open_dataset(path, split=split), global_batch_size=100, micro_batch_size=100, seed=7
+    )
     it = iter(loader)
     out = []
     while len(out) < count:
@@ -59,8 +60,7 @@ def datareel_samples(path: Path, count: int, split: str = "train") -> list[dict]
 
 
 def energon_stream(path: Path, count: int) -> list[dict]:
-    from megatron.energon import (Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset,
-                                  stateless)
+    from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset, stateless
 
     class Passthrough(DefaultTaskEncoder):
         cookers = [Cooker(stateless(lambda sample: sample))]
@@ -68,9 +68,15 @@ def energon_stream(path: Path, count: int) -> list[dict]:
         def batch(self, samples):
             return samples
 
-    dataset = get_train_dataset(str(path), split_part="train", batch_size=None, shuffle_buffer_size=None,
-                                max_samples_per_sequence=None, task_encoder=Passthrough(),
-                                worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0))
+    dataset = get_train_dataset(
+        str(path),
+        split_part="train",
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=Passthrough(),
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+    )
     out = []
     for sample in get_loader(dataset):
         out.append(sample)
@@ -80,14 +86,28 @@ def energon_stream(path: Path, count: int) -> list[dict]:
 
 
 def test_blend_shares_match_energon_within_two_points(world):
-    nested = write(world / "nested.yaml", {"train": {"blend": [
-        {"weight": 1, "path": "laion", "subflavors": {"src": "laion"}},
-        {"weight": 3, "path": "ocr", "subflavors": {"src": "ocr"}},
-    ]}})
-    mds = write(world / "mix.yaml", {"train": {"blend": [
-        {"weight": 5, "path": "coco", "subflavors": {"src": "coco"}},
-        {"weight": 5, "path": nested.name},
-    ]}})
+    nested = write(
+        world / "nested.yaml",
+        {
+            "train": {
+                "blend": [
+                    {"weight": 1, "path": "laion", "subflavors": {"src": "laion"}},
+                    {"weight": 3, "path": "ocr", "subflavors": {"src": "ocr"}},
+                ]
+            }
+        },
+    )
+    mds = write(
+        world / "mix.yaml",
+        {
+            "train": {
+                "blend": [
+                    {"weight": 5, "path": "coco", "subflavors": {"src": "coco"}},
+                    {"weight": 5, "path": nested.name},
+                ]
+            }
+        },
+    )
     ours = source_shares(datareel_samples(mds, 10_000))
     theirs = source_shares(energon_stream(mds, 10_000))
     assert set(ours) == set(theirs) == {"coco", "laion", "ocr"}
@@ -100,10 +120,17 @@ def test_epochized_blend_matches_energon(world):
     # integer repetitions: Energon 7.4.1 does not hold a fractional repetition to round(r·len) per
     # meta-epoch (measured: r = 0.5 on 500 samples gave all 500 in its first meta-epoch), so the
     # cross-check uses whole repetitions; fractional ones are tested against the spec in test_mix.py
-    mds = write(world / "epo.yaml", {"train": {"blend_epochized": [
-        {"repetitions": 2, "path": "ocr", "subflavors": {"src": "ocr"}},
-        {"repetitions": 1, "path": "laion", "subflavors": {"src": "laion"}},
-    ]}})
+    mds = write(
+        world / "epo.yaml",
+        {
+            "train": {
+                "blend_epochized": [
+                    {"repetitions": 2, "path": "ocr", "subflavors": {"src": "ocr"}},
+                    {"repetitions": 1, "path": "laion", "subflavors": {"src": "laion"}},
+                ]
+            }
+        },
+    )
     dataset = datareel.open_dataset(mds)
     assert isinstance(dataset, EpochizedMix) and dataset.size_hint() == 240 + 500
     ours = source_shares(datareel_samples(mds, 10_000))
@@ -114,17 +141,32 @@ def test_epochized_blend_matches_energon(world):
 
 def test_documented_shapes_parse(world):
     (world / "sub").mkdir(exist_ok=True)
-    write(world / "sub" / "inner.yaml", {"train": {"path": "../laion", "subflavors": {"src": "inner", "k": 1}},
-                                         "val": {"path": "../coco"}})
-    mds = write(world / "shapes.yaml", {
-        "train": {"blend": [
-            {"weight": 2, "path": "coco", "split_part": "val", "subflavors": {"src": "coco-val"}},
-            {"weight": 1, "path": "sub/inner.yaml", "subflavors": {"src": "outer"}},
-            {"weight": 1, "path": "ocr", "subset": {"range": [10, "end"]}, "shuffle_over_epochs_multiplier": None},
-            {"weight": 1, "blend_epochized": [{"repetitions": 1, "path": "ocr", "subset": {"range": ["0%", "50%"]}}]},
-        ]},
-        "val": {"blend": [{"weight": 7, "path": "coco"}, {"weight": 1, "path": "ocr", "split_part": "train"}]},
-    })
+    write(
+        world / "sub" / "inner.yaml",
+        {"train": {"path": "../laion", "subflavors": {"src": "inner", "k": 1}}, "val": {"path": "../coco"}},
+    )
+    mds = write(
+        world / "shapes.yaml",
+        {
+            "train": {
+                "blend": [
+                    {"weight": 2, "path": "coco", "split_part": "val", "subflavors": {"src": "coco-val"}},
+                    {"weight": 1, "path": "sub/inner.yaml", "subflavors": {"src": "outer"}},
+                    {
+                        "weight": 1,
+                        "path": "ocr",
+                        "subset": {"range": [10, "end"]},
+                        "shuffle_over_epochs_multiplier": None,
+                    },
+                    {
+                        "weight": 1,
+                        "blend_epochized": [{"repetitions": 1, "path": "ocr", "subset": {"range": ["0%", "50%"]}}],
+                    },
+                ]
+            },
+            "val": {"blend": [{"weight": 7, "path": "coco"}, {"weight": 1, "path": "ocr", "split_part": "train"}]},
+        },
+    )
     train = datareel.open_dataset(mds)
     assert isinstance(train, Mix) and len(train.leaves()) == 4
     coco_val, laion, ocr, ocr_half = train.leaves()
@@ -144,17 +186,23 @@ def test_documented_shapes_parse(world):
     assert keys[0] == "coco-00200" and keys[100] == "ocr-00000"  # one after the other, in order
 
 
-@pytest.mark.parametrize("node,match", [
-    ({"join": [{"path": "coco"}, {"path": "ocr"}]}, "'join'"),
-    ({"path": "coco", "aux": {"x": "filesystem://y"}}, "'aux'"),
-    ({"path": "coco", "shuffle_over_epochs_multiplier": 2}, "shuffle_over_epochs_multiplier=2 is not supported"),
-    ({"path": "coco", "shuffle_over_epochs_multiplier": -1}, "shuffle_over_epochs_multiplier=-1 is not supported"),
-    ({"path": "coco", "sample_weight": 3}, "does not support: \\['sample_weight'\\]"),
-    ({"blend": [{"weight": 1, "path": "coco", "repetitions": 2}]}, "'repetitions', which belongs in a blend_epochized"),
-    ({"blend": [{"weight": -1, "path": "coco"}]}, "weight=-1 must be a positive number"),
-    ({"blend": [{"path": "coco", "subset": {"range": [0, 5000]}}]}, "outside"),
-    ({"blend": [{"weight": 1, "blend": [{"path": "coco"}], "subset": {"range": [0, 10]}}]}, "absolute ranges"),
-])
+@pytest.mark.parametrize(
+    "node,match",
+    [
+        ({"join": [{"path": "coco"}, {"path": "ocr"}]}, "'join'"),
+        ({"path": "coco", "aux": {"x": "filesystem://y"}}, "'aux'"),
+        ({"path": "coco", "shuffle_over_epochs_multiplier": 2}, "shuffle_over_epochs_multiplier=2 is not supported"),
+        ({"path": "coco", "shuffle_over_epochs_multiplier": -1}, "shuffle_over_epochs_multiplier=-1 is not supported"),
+        ({"path": "coco", "sample_weight": 3}, "does not support: \\['sample_weight'\\]"),
+        (
+            {"blend": [{"weight": 1, "path": "coco", "repetitions": 2}]},
+            "'repetitions', which belongs in a blend_epochized",
+        ),
+        ({"blend": [{"weight": -1, "path": "coco"}]}, "weight=-1 must be a positive number"),
+        ({"blend": [{"path": "coco", "subset": {"range": [0, 5000]}}]}, "outside"),
+        ({"blend": [{"weight": 1, "blend": [{"path": "coco"}], "subset": {"range": [0, 10]}}]}, "absolute ranges"),
+    ],
+)
 def test_unsupported_or_invalid_keys_are_refused_by_name(world, node, match):
     mds = write(world / "bad.yaml", {"train": node})
     with pytest.raises(DatareelError, match=match):
@@ -166,25 +214,51 @@ def test_missing_split_and_legacy_v1(world):
     with pytest.raises(DatareelError, match="split 'test' is not defined"):
         datareel.open_dataset(mds, split="test")
     legacy = world / "v1.yaml"
-    legacy.write_text(yaml.safe_dump({"__module__": "megatron.energon", "__class__": "Metadataset", "splits": {
-        "train": {"datasets": [{"weight": 1, "path": "ocr"}, {"weight": 3, "path": "laion"}]}}}))
+    legacy.write_text(
+        yaml.safe_dump(
+            {
+                "__module__": "megatron.energon",
+                "__class__": "Metadataset",
+                "splits": {"train": {"datasets": [{"weight": 1, "path": "ocr"}, {"weight": 3, "path": "laion"}]}},
+            }
+        )
+    )
     blend = datareel.open_dataset(legacy)
     assert isinstance(blend, Mix) and blend.weights == (1.0, 3.0)
 
 
 def test_yaml_restore_refuses_a_changed_subset(world):
-    a = write(world / "s1.yaml", {"train": {"blend": [{"weight": 1, "path": "ocr", "subset": {"range": ["0%", "50%"]}},
-                                                      {"weight": 1, "path": "laion"}]}})
+    a = write(
+        world / "s1.yaml",
+        {
+            "train": {
+                "blend": [
+                    {"weight": 1, "path": "ocr", "subset": {"range": ["0%", "50%"]}},
+                    {"weight": 1, "path": "laion"},
+                ]
+            }
+        },
+    )
     loader = datareel.Loader(datareel.open_dataset(a), global_batch_size=4, micro_batch_size=4)
     next(iter(loader))
     state = loader.state_dict()
-    b = write(world / "s1.yaml", {"train": {"blend": [{"weight": 1, "path": "ocr", "subset": {"range": ["0%", "60%"]}},
-                                                      {"weight": 1, "path": "laion"}]}})
+    b = write(
+        world / "s1.yaml",
+        {
+            "train": {
+                "blend": [
+                    {"weight": 1, "path": "ocr", "subset": {"range": ["0%", "60%"]}},
+                    {"weight": 1, "path": "laion"},
+                ]
+            }
+        },
+    )
     with pytest.raises(datareel.StateMismatchError, match="source 'ocr/train': its content, subset"):
         datareel.Loader(datareel.open_dataset(b), global_batch_size=4, micro_batch_size=4).load_state_dict(state)
 
 
 def test_energon_reads_the_same_datasets(world):
     # sanity: the datasets under the YAMLs are the same for both readers
-    assert sorted(energon_samples(world / "ocr")) == sorted(s["__key__"] for s in
-                                                            (datareel.open_dataset(world / "ocr").read(i) for i in range(120)))
+    assert sorted(energon_samples(world / "ocr")) == sorted(
+        s["__key__"] for s in (datareel.open_dataset(world / "ocr").read(i) for i in range(120))
+    )

@@ -62,7 +62,9 @@ def test_discrepancy_achieved_is_at_most_one_and_a_half_for_eight_sources():
         w = rng.dirichlet(np.ones(8) * 0.3)
         w = np.maximum(w, 0.001)
         w /= w.sum()
-        plan, _ = build_plan(datareel.mix([(seq(10, f"s{i}"), float(x)) for i, x in enumerate(w)]), seed=0, shuffle=False)
+        plan, _ = build_plan(
+            datareel.mix([(seq(10, f"s{i}"), float(x)) for i, x in enumerate(w)]), seed=0, shuffle=False
+        )
         ids, _ = plan.resolve(np.arange(30_000))
         counts = counts_by_prefix(ids, 8)
         worst = max(worst, float(np.abs(counts - np.arange(30_001)[:, None] * w[None, :]).max()))
@@ -94,8 +96,10 @@ def test_each_source_keeps_its_own_epochs_and_shuffle():
 
 
 @settings(max_examples=60, deadline=None)
-@given(sizes=st.lists(st.integers(1, 60), min_size=1, max_size=5),
-       reps=st.lists(st.sampled_from([0.5, 1, 1, 2, 0.25, 1.5, 3]), min_size=5, max_size=5))
+@given(
+    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=5),
+    reps=st.lists(st.sampled_from([0.5, 1, 1, 2, 0.25, 1.5, 3]), min_size=5, max_size=5),
+)
 def test_epochized_meta_epoch_counts(sizes, reps):
     reps = reps[: len(sizes)]
     sources = [seq(n, f"s{i}") for i, n in enumerate(sizes)]
@@ -123,8 +127,9 @@ def test_epochized_meta_epoch_counts(sizes, reps):
 
 def test_repeat_false_reads_one_meta_epoch_and_refuses_endless_mix():
     a, b = seq(10, "a"), seq(4, "b")
-    loader = datareel.Loader(datareel.mix_epochized([(a, 1), (b, 2)]), global_batch_size=6, micro_batch_size=3,
-                             repeat=False, seed=4)
+    loader = datareel.Loader(
+        datareel.mix_epochized([(a, 1), (b, 2)]), global_batch_size=6, micro_batch_size=3, repeat=False, seed=4
+    )
     got = [(s, i) for batch in loader for s, i in zip(batch["__source__"], batch["id"].tolist())]
     assert len(got) == 18
     assert sorted(i for s, i in got if s == "a") == list(range(10))
@@ -144,8 +149,9 @@ def test_samples_and_batches_record_their_source():
 
     batch = next(iter(loader))
     assert sorted(batch["__source__"]) == ["alpha", "alpha", "beta", "beta"]
-    loader = datareel.Loader(datareel.mix([(a, 1), (b, 1)]), global_batch_size=4, micro_batch_size=4,
-                             task_encoder=Peek())
+    loader = datareel.Loader(
+        datareel.mix([(a, 1), (b, 1)]), global_batch_size=4, micro_batch_size=4, task_encoder=Peek()
+    )
     assert sorted(next(iter(loader))["__source__"]) == ["alpha", "alpha", "beta", "beta"]
 
 
@@ -165,13 +171,17 @@ def test_refuses_bad_blends():
 
 # -- elastic restore through blends ---------------------------------------------------------------
 
+
 class Noise:
     def encode_sample(self, sample):
         return {"id": sample["id"], "src": sample["__source__"], "noise": int(datareel.sample_rng().integers(0, 2**31))}
 
     def batch(self, samples):
-        return {"id": [s["id"] for s in samples], "src": [s["src"] for s in samples],
-                "noise": [s["noise"] for s in samples]}
+        return {
+            "id": [s["id"] for s in samples],
+            "src": [s["src"] for s in samples],
+            "noise": [s["noise"] for s in samples],
+        }
 
 
 @st.composite
@@ -179,18 +189,30 @@ def restore_scenarios(draw, max_workers):
     W, W2 = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     m, m2 = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     G = math.lcm(m * W, m2 * W2) * draw(st.integers(1, 2))
-    return dict(G=G, before=Topology(W, draw(st.integers(0, max_workers)), m),
-                after=Topology(W2, draw(st.integers(0, max_workers)), m2),
-                batches=max(1, min(5, 30 // (G // (m * W)))), seed=draw(st.integers(0, 2**32)),
-                sizes=draw(st.lists(st.integers(1, 40), min_size=3, max_size=3)),
-                weights=draw(st.lists(st.floats(0.05, 1), min_size=3, max_size=3)),
-                reps=draw(st.lists(st.sampled_from([0.5, 1, 2, 1.5]), min_size=3, max_size=3)),
-                cross=draw(st.integers(0, 3)))
+    return dict(
+        G=G,
+        before=Topology(W, draw(st.integers(0, max_workers)), m),
+        after=Topology(W2, draw(st.integers(0, max_workers)), m2),
+        batches=max(1, min(5, 30 // (G // (m * W)))),
+        seed=draw(st.integers(0, 2**32)),
+        sizes=draw(st.lists(st.integers(1, 40), min_size=3, max_size=3)),
+        weights=draw(st.lists(st.floats(0.05, 1), min_size=3, max_size=3)),
+        reps=draw(st.lists(st.sampled_from([0.5, 1, 2, 1.5]), min_size=3, max_size=3)),
+        cross=draw(st.integers(0, 3)),
+    )
 
 
 def _restore(s, dataset, start):
-    report = check_restore_everywhere(dataset, global_batch_size=s["G"], before=s["before"], after=s["after"],
-                                      start=start, global_batches=s["batches"], seed=s["seed"], task_encoder=Noise())
+    report = check_restore_everywhere(
+        dataset,
+        global_batch_size=s["G"],
+        before=s["before"],
+        after=s["after"],
+        start=start,
+        global_batches=s["batches"],
+        seed=s["seed"],
+        task_encoder=Noise(),
+    )
     assert report["restored"] >= 1
 
 
@@ -223,6 +245,7 @@ def test_elastic_restore_blends_with_worker_processes(s):
 
 # -- state fingerprints of blends -----------------------------------------------------------------
 
+
 def _state(blend):
     loader = datareel.Loader(blend, global_batch_size=4, micro_batch_size=2, seed=1)
     it = iter(loader)
@@ -247,8 +270,13 @@ def test_restore_refuses_changed_blends_naming_the_change():
     assert "source 'c' was added" in _mismatch(base, datareel.mix([(a, 0.7), (b, 0.3), (c, 1)], name="m"))
     assert "source 'b' was removed" in _mismatch(base, datareel.mix([(a, 0.7)], name="m"))
     from datareel.sources.view import SourceView
+
     narrowed = datareel.mix([(SourceView(a, start=0, stop=10), 0.7), (b, 0.3)], name="m")
     assert "source 'a': its content, subset, split or nesting changed" in _mismatch(base, narrowed)
     epo = datareel.mix_epochized([(a, 1), (b, 2)], name="e")
-    assert "source 'b': weight/repetitions 2.0 -> 1.0" in _mismatch(epo, datareel.mix_epochized([(a, 1), (b, 1)], name="e"))
-    datareel.Loader(base, global_batch_size=4, micro_batch_size=1, rank=1, world_size=2, seed=1).load_state_dict(_state(base))
+    assert "source 'b': weight/repetitions 2.0 -> 1.0" in _mismatch(
+        epo, datareel.mix_epochized([(a, 1), (b, 1)], name="e")
+    )
+    datareel.Loader(base, global_batch_size=4, micro_batch_size=1, rank=1, world_size=2, seed=1).load_state_dict(
+        _state(base)
+    )

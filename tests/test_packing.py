@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import datareel
 from datareel import DatareelError, Packing, StateMismatchError
-from datareel.plan.pack import first_fit_decreasing, plan_window
 from datareel.cli.prepare import prepare_webdataset
+from datareel.plan.pack import first_fit_decreasing, plan_window
 from datareel.testing import Topology, check_restore_everywhere
 from wds_helpers import write_shard
 
@@ -31,8 +31,12 @@ class Packer:
         return {"id": sample["id"], "len": sample["len"], "noise": int(datareel.sample_rng().integers(0, 1000))}
 
     def pack_selected_samples(self, samples):
-        return {"ids": [s["id"] for s in samples], "total": sum(s["len"] for s in samples),
-                "noise": [s["noise"] for s in samples], "pack_noise": int(datareel.sample_rng().integers(0, 1000))}
+        return {
+            "ids": [s["id"] for s in samples],
+            "total": sum(s["len"] for s in samples),
+            "noise": [s["noise"] for s in samples],
+            "pack_noise": int(datareel.sample_rng().integers(0, 1000)),
+        }
 
     def batch(self, packs):
         return {k: [p[k] for p in packs] for k in packs[0]}
@@ -47,7 +51,9 @@ def lengths_dataset(lengths, name="docs"):
     return data, (lambda source, idx: table[idx])
 
 
-@pytest.mark.parametrize("lengths,cap", [([5, 3, 8, 2, 7, 1], 10), ([10] * 4, 10), ([1] * 25, 7), ([4, 4, 4, 3, 3, 3], 9)])
+@pytest.mark.parametrize(
+    "lengths,cap", [([5, 3, 8, 2, 7, 1], 10), ([10] * 4, 10), ([1] * 25, 7), ([4, 4, 4, 3, 3, 3], 9)]
+)
 def test_first_fit_decreasing_packs_every_item_once_within_capacity(lengths, cap):
     packs = first_fit_decreasing(np.array(lengths), cap)
     items = sorted(i for p in packs for i in p.tolist())
@@ -68,12 +74,23 @@ def test_over_length_policies():
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=300), cap=st.integers(10, 40),
-       window=st.integers(1, 50), policy=st.sampled_from(["own_pack", "drop"]))
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=300),
+    cap=st.integers(10, 40),
+    window=st.integers(1, 50),
+    policy=st.sampled_from(["own_pack", "drop"]),
+)
 def test_a_packed_epoch_holds_every_sample_exactly_once(lengths, cap, window, policy):
     data, length = lengths_dataset(lengths)
-    loader = datareel.Loader(data, global_batch_size=3, micro_batch_size=3, repeat=False, seed=1, task_encoder=Packer(),
-                             packing=Packing(max_length=cap, length=length, window=window, over_length=policy))
+    loader = datareel.Loader(
+        data,
+        global_batch_size=3,
+        micro_batch_size=3,
+        repeat=False,
+        seed=1,
+        task_encoder=Packer(),
+        packing=Packing(max_length=cap, length=length, window=window, over_length=policy),
+    )
     seen = [i for batch in loader for pack in batch["ids"] for i in pack]
     over = [i for i, n in enumerate(lengths) if n > cap]
     expected = [i for i in range(len(lengths)) if not (policy == "drop" and i in over)]
@@ -83,8 +100,14 @@ def test_a_packed_epoch_holds_every_sample_exactly_once(lengths, cap, window, po
 
 def test_dropped_samples_are_reported(caplog):
     data, length = lengths_dataset([3, 50, 4, 60, 2])
-    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, repeat=False, task_encoder=Packer(),
-                             packing=Packing(max_length=10, length=length, window=5, over_length="drop"))
+    loader = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        repeat=False,
+        task_encoder=Packer(),
+        packing=Packing(max_length=10, length=length, window=5, over_length="drop"),
+    )
     with caplog.at_level(logging.WARNING, logger="datareel"):
         packs = [p for b in loader for p in b["ids"]]
     assert sorted(i for p in packs for i in p) == [0, 2, 4] and loader.dropped == 2
@@ -93,12 +116,24 @@ def test_dropped_samples_are_reported(caplog):
 
 def test_over_length_error_names_the_sample_and_truncate_calls_the_encoder():
     data, length = lengths_dataset([3, 50, 4])
-    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, shuffle=False, task_encoder=Packer(),
-                             packing=Packing(max_length=10, length=length, window=3))
+    loader = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        shuffle=False,
+        task_encoder=Packer(),
+        packing=Packing(max_length=10, length=length, window=3),
+    )
     with pytest.raises(DatareelError, match=r"sample 1 of source 'docs' at reel position 1"):
         next(iter(loader))
-    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, shuffle=False, task_encoder=Packer(),
-                             packing=Packing(max_length=10, length=length, window=3, over_length="truncate"))
+    loader = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        shuffle=False,
+        task_encoder=Packer(),
+        packing=Packing(max_length=10, length=length, window=3, over_length="truncate"),
+    )
     totals = {tuple(b["ids"][0]): b["total"][0] for b in itertools_take(loader, 2)}
     assert totals[(1,)] == 10  # truncate_sample cut the 50 to max_length
 
@@ -107,8 +142,13 @@ def test_over_length_error_names_the_sample_and_truncate_calls_the_encoder():
             return samples
 
     with pytest.raises(ValueError, match="truncate_sample"):
-        datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=NoTruncate(),
-                        packing=Packing(max_length=10, length=length, over_length="truncate"))
+        datareel.Loader(
+            data,
+            global_batch_size=1,
+            micro_batch_size=1,
+            task_encoder=NoTruncate(),
+            packing=Packing(max_length=10, length=length, over_length="truncate"),
+        )
 
 
 def itertools_take(loader, n):
@@ -127,8 +167,17 @@ def test_packing_needs_pack_selected_samples_and_valid_options():
     with pytest.raises(DatareelError, match="length='tokens'"):
         Packing(max_length=4, length="tokens")
     with pytest.raises(DatareelError, match="no byte sizes"):
-        next(iter(datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=Packer(),
-                                  packing=Packing(max_length=4, length="bytes"))))
+        next(
+            iter(
+                datareel.Loader(
+                    data,
+                    global_batch_size=1,
+                    micro_batch_size=1,
+                    task_encoder=Packer(),
+                    packing=Packing(max_length=4, length="bytes"),
+                )
+            )
+        )
 
 
 def test_state_carries_window_and_offset_and_refuses_other_packing():
@@ -140,8 +189,13 @@ def test_state_carries_window_and_offset_and_refuses_other_packing():
         next(it)
     state = loader.state_dict()
     assert state["cursor"] == 14 and len(state["pack"]) == 2 and len(json.dumps(state)) < 1024
-    other = datareel.Loader(data, global_batch_size=4, micro_batch_size=2, task_encoder=Packer(),
-                            packing=Packing(max_length=32, length=length, window=20))
+    other = datareel.Loader(
+        data,
+        global_batch_size=4,
+        micro_batch_size=2,
+        task_encoder=Packer(),
+        packing=Packing(max_length=32, length=length, window=20),
+    )
     with pytest.raises(StateMismatchError, match="packing"):
         other.load_state_dict(state)
     plain = datareel.Loader(data, global_batch_size=4, micro_batch_size=2)
@@ -155,18 +209,30 @@ def packed_scenarios(draw, max_workers):
     m, m2 = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     G = math.lcm(m * W, m2 * W2) * draw(st.integers(1, 2))
     n = draw(st.integers(3, 60))
-    return dict(G=G, before=Topology(W, draw(st.integers(0, max_workers)), m),
-                after=Topology(W2, draw(st.integers(0, max_workers)), m2),
-                lengths=draw(st.lists(st.integers(1, 12), min_size=n, max_size=n)),
-                cap=draw(st.integers(12, 30)), window=draw(st.integers(2, 17)),
-                batches=max(2, min(6, 24 // (G // (m * W)))), seed=draw(st.integers(0, 2**32)))
+    return dict(
+        G=G,
+        before=Topology(W, draw(st.integers(0, max_workers)), m),
+        after=Topology(W2, draw(st.integers(0, max_workers)), m2),
+        lengths=draw(st.lists(st.integers(1, 12), min_size=n, max_size=n)),
+        cap=draw(st.integers(12, 30)),
+        window=draw(st.integers(2, 17)),
+        batches=max(2, min(6, 24 // (G // (m * W)))),
+        seed=draw(st.integers(0, 2**32)),
+    )
 
 
 def _packed_restore(s):
     data, length = lengths_dataset(s["lengths"])
     report = check_restore_everywhere(
-        data, global_batch_size=s["G"], before=s["before"], after=s["after"], global_batches=s["batches"],
-        seed=s["seed"], task_encoder=Packer(), packing=Packing(max_length=s["cap"], length=length, window=s["window"]))
+        data,
+        global_batch_size=s["G"],
+        before=s["before"],
+        after=s["after"],
+        global_batches=s["batches"],
+        seed=s["seed"],
+        task_encoder=Packer(),
+        packing=Packing(max_length=s["cap"], length=length, window=s["window"]),
+    )
     assert report["restored"] >= 1
 
 
@@ -185,13 +251,21 @@ def test_elastic_restore_with_packing_and_worker_processes(s):
 def test_packed_windows_cross_epochs_and_restore_mid_window():
     # 23 samples, windows of 10: windows straddle epoch boundaries; restore at every micro-step
     data, length = lengths_dataset(np.random.default_rng(3).integers(1, 7, 23))
-    report = check_restore_everywhere(data, global_batch_size=6, before=Topology(3, 0, 1), after=Topology(1, 0, 3),
-                                      global_batches=12, seed=5, task_encoder=Packer(),
-                                      packing=Packing(max_length=12, length=length, window=10))
+    report = check_restore_everywhere(
+        data,
+        global_batch_size=6,
+        before=Topology(3, 0, 1),
+        after=Topology(1, 0, 3),
+        global_batches=12,
+        seed=5,
+        task_encoder=Packer(),
+        packing=Packing(max_length=12, length=length, window=10),
+    )
     assert report["restored"] == 24 and report["refused"] == 0  # every micro-step, mid-window ones included
 
 
 # -- lengths from the dataset: byte sizes and a prepared length index -----------------------------
+
 
 def _text_shards(root: Path, lengths) -> None:
     write_shard(root / "a.tar", [(f"k{i:03d}", {"txt": b"x" * n}) for i, n in enumerate(lengths)])
@@ -202,9 +276,12 @@ def test_length_index_prepare_load_and_stale_refusal(tmp_path):
     lengths = [5, 17, 3, 9, 12, 1, 30, 8]
     _text_shards(tmp_path, lengths)
     env = {"PYTHONPATH": str(TESTS)}
-    proc = subprocess.run([sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--lengths",
-                           "length_fns:text_length", "--quiet"], capture_output=True, text=True,
-                          env={**__import__("os").environ, **env})
+    proc = subprocess.run(
+        [sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--lengths", "length_fns:text_length", "--quiet"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env},
+    )
     assert proc.returncode == 0, proc.stderr
     assert np.load(tmp_path / ".nv-meta/lengths.npy").tolist() == lengths
 
@@ -216,20 +293,38 @@ def test_length_index_prepare_load_and_stale_refusal(tmp_path):
             return packs
 
     ds = datareel.open_dataset(tmp_path)
-    loader = datareel.Loader(ds, global_batch_size=1, micro_batch_size=1, repeat=False, task_encoder=TextPacker(),
-                             packing=Packing(max_length=32, length="index", window=8))
+    loader = datareel.Loader(
+        ds,
+        global_batch_size=1,
+        micro_batch_size=1,
+        repeat=False,
+        task_encoder=TextPacker(),
+        packing=Packing(max_length=32, length="index", window=8),
+    )
     packs = [p for batch in loader for p in batch]
     assert sorted(k for p in packs for k in p["keys"]) == [f"k{i:03d}" for i in range(8)]
     assert all(p["chars"] <= 32 for p in packs)
-    by_bytes = datareel.Loader(ds, global_batch_size=1, micro_batch_size=1, repeat=False, task_encoder=TextPacker(),
-                               packing=Packing(max_length=4096, length="bytes", window=8))
+    by_bytes = datareel.Loader(
+        ds,
+        global_batch_size=1,
+        micro_batch_size=1,
+        repeat=False,
+        task_encoder=TextPacker(),
+        packing=Packing(max_length=4096, length="bytes", window=8),
+    )
     assert len([p for b in by_bytes for p in b]) == 2  # each sample takes >= 1 KiB of tar: four per pack
     write_shard(tmp_path / "a.tar", [(f"k{i:03d}", {"txt": b"y" * (n + 1)}) for i, n in enumerate(lengths)])
     prepare_webdataset(tmp_path, progress=False, overwrite=True)
     from datareel.sources.lengths import forget_index
+
     forget_index(tmp_path / ".nv-meta/lengths.npy")
-    fresh = datareel.Loader(datareel.open_dataset(tmp_path), global_batch_size=1, micro_batch_size=1,
-                            task_encoder=TextPacker(), packing=Packing(max_length=32, length="index"))
+    fresh = datareel.Loader(
+        datareel.open_dataset(tmp_path),
+        global_batch_size=1,
+        micro_batch_size=1,
+        task_encoder=TextPacker(),
+        packing=Packing(max_length=32, length="index"),
+    )
     with pytest.raises(DatareelError, match="stale"):
         next(iter(fresh))
 
@@ -238,8 +333,9 @@ def test_length_index_for_jsonl(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"text": "z" * n}) + "\n" for n in (4, 8, 15)))
     from datareel.cli.lengths import compute_length_index
-    from datareel.sources.lengths import lengths_of
     from datareel.cli.prepare import prepare_jsonl
+    from datareel.sources.lengths import lengths_of
+
     prepare_jsonl(path)
     sys.path.insert(0, str(TESTS))
     try:
@@ -252,6 +348,7 @@ def test_length_index_for_jsonl(tmp_path):
 
 
 # -- regressions: empty packs, double-counted drops, whole-pass planning on restore ----------------
+
 
 class StrictPacker(Packer):
     """Refuses what no task encoder should ever be handed: an empty pack."""
@@ -268,24 +365,46 @@ def test_a_window_whose_samples_are_all_dropped_yields_no_pack():
     assert first_fit_decreasing(np.zeros(0, dtype=np.int64), 30) == []
     # the issue's example: window 1 holds only the over-long sample
     data, length = lengths_dataset([31] + [10] * 8)
-    loader = datareel.Loader(data, global_batch_size=3, micro_batch_size=3, repeat=False, shuffle=False,
-                             task_encoder=StrictPacker(),
-                             packing=Packing(max_length=30, length=length, window=1, over_length="drop"))
+    loader = datareel.Loader(
+        data,
+        global_batch_size=3,
+        micro_batch_size=3,
+        repeat=False,
+        shuffle=False,
+        task_encoder=StrictPacker(),
+        packing=Packing(max_length=30, length=length, window=1, over_length="drop"),
+    )
     packs = [ids for batch in loader for ids in batch["ids"]]
     assert packs == [[i] for i in range(1, 9)] and loader.dropped == 1
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=120), cap=st.integers(5, 30),
-       window=st.integers(1, 12), policy=st.sampled_from(["own_pack", "drop", "truncate"]),
-       m=st.integers(1, 3), W=st.integers(1, 3), repeat=st.booleans())
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=120),
+    cap=st.integers(5, 30),
+    window=st.integers(1, 12),
+    policy=st.sampled_from(["own_pack", "drop", "truncate"]),
+    m=st.integers(1, 3),
+    W=st.integers(1, 3),
+    repeat=st.booleans(),
+)
 def test_every_pack_is_non_empty_and_within_max_length(lengths, cap, window, policy, m, W, repeat):
     data, length = lengths_dataset(lengths)
     table = dict(enumerate(lengths))
-    loaders = [datareel.Loader(data, global_batch_size=m * W, micro_batch_size=m, rank=r, world_size=W, seed=2,
-                               repeat=repeat, task_encoder=StrictPacker(),
-                               packing=Packing(max_length=cap, length=length, window=window, over_length=policy))
-               for r in range(W)]
+    loaders = [
+        datareel.Loader(
+            data,
+            global_batch_size=m * W,
+            micro_batch_size=m,
+            rank=r,
+            world_size=W,
+            seed=2,
+            repeat=repeat,
+            task_encoder=StrictPacker(),
+            packing=Packing(max_length=cap, length=length, window=window, over_length=policy),
+        )
+        for r in range(W)
+    ]
     if repeat and policy == "drop" and all(n > cap for n in lengths):  # never a pack: refused, not a hang
         with pytest.raises(DatareelError, match="dropped every sample"):
             next(iter(loaders[0]))
@@ -306,9 +425,15 @@ def test_every_pack_is_non_empty_and_within_max_length(lengths, cap, window, pol
 def test_dropped_counts_each_sample_once_when_the_pass_ends_on_a_step_boundary(workers):
     lengths = [50 if i % 10 == 0 else 5 for i in range(200)]
     data, length = lengths_dataset(lengths)
-    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, repeat=False, num_workers=workers,
-                             task_encoder=Packer(),
-                             packing=Packing(max_length=20, length=length, window=10, over_length="drop"))
+    loader = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        repeat=False,
+        num_workers=workers,
+        task_encoder=Packer(),
+        packing=Packing(max_length=20, length=length, window=10, over_length="drop"),
+    )
     seen = sorted(i for batch in loader for ids in batch["ids"] for i in ids)
     assert seen == [i for i in range(200) if i % 10]
     assert loader.dropped == 20
@@ -330,8 +455,14 @@ def test_restoring_a_finite_packed_loader_plans_one_window(monkeypatch):
     data = datareel.from_sequence([{"id": i, "len": int(n)} for i, n in enumerate(lengths)], name="docs")
 
     def make():
-        return datareel.Loader(data, global_batch_size=2, micro_batch_size=2, repeat=False, task_encoder=Packer(),
-                               packing=Packing(max_length=16, length=counted, window=10))
+        return datareel.Loader(
+            data,
+            global_batch_size=2,
+            micro_batch_size=2,
+            repeat=False,
+            task_encoder=Packer(),
+            packing=Packing(max_length=16, length=counted, window=10),
+        )
 
     loader = make()
     it = iter(loader)
@@ -351,10 +482,21 @@ def test_restoring_a_finite_packed_loader_plans_one_window(monkeypatch):
 
 def test_an_endless_packed_reel_that_can_never_yield_a_pack_raises_instead_of_hanging():
     data, length = lengths_dataset([50, 60, 70])
-    loader = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=Packer(),
-                             packing=Packing(max_length=10, length=length, window=100, over_length="drop"))
+    loader = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        task_encoder=Packer(),
+        packing=Packing(max_length=10, length=length, window=100, over_length="drop"),
+    )
     with pytest.raises(DatareelError, match=r"dropped every sample of \d+ consecutive windows.*max_length=10"):
         next(iter(loader))
-    finite = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=Packer(), repeat=False,
-                             packing=Packing(max_length=10, length=length, window=2, over_length="drop"))
+    finite = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        task_encoder=Packer(),
+        repeat=False,
+        packing=Packing(max_length=10, length=length, window=2, over_length="drop"),
+    )
     assert list(finite) == [] and finite.dropped == 3 and len(finite) == 0

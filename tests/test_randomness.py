@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import datareel
-from datareel.testing import to_python
-from datareel.testing import Topology, check_restore_everywhere
+from datareel.testing import Topology, check_restore_everywhere, to_python
 
 
 class GlobalRandomness:
@@ -34,21 +33,39 @@ def data(n=37):
     return datareel.from_sequence([{"id": i} for i in range(n)], name="r")
 
 
-@pytest.mark.parametrize("before,after", [
-    (Topology(4, 0, 1), Topology(2, 2, 1)),
-    (Topology(2, 2, 2), Topology(1, 0, 4)),
-    (Topology(1, 3, 2), Topology(4, 1, 1)),
-])
+@pytest.mark.parametrize(
+    "before,after",
+    [
+        (Topology(4, 0, 1), Topology(2, 2, 1)),
+        (Topology(2, 2, 2), Topology(1, 0, 4)),
+        (Topology(1, 3, 2), Topology(4, 1, 1)),
+    ],
+)
 def test_identical_per_position_across_topologies_and_restores(before, after):
-    report = check_restore_everywhere(data(), global_batch_size=8, before=before, after=after, global_batches=6,
-                                      seed=11, task_encoder=GlobalRandomness(), reseed_global_rng=True)
+    report = check_restore_everywhere(
+        data(),
+        global_batch_size=8,
+        before=before,
+        after=after,
+        global_batches=6,
+        seed=11,
+        task_encoder=GlobalRandomness(),
+        reseed_global_rng=True,
+    )
     assert report["restored"] >= 6
 
 
 def test_values_are_a_function_of_seed_and_position_only():
     def first_values(seed, **kw):
-        loader = datareel.Loader(data(), global_batch_size=4, micro_batch_size=4, seed=seed,
-                                 task_encoder=GlobalRandomness(), reseed_global_rng=True, **kw)
+        loader = datareel.Loader(
+            data(),
+            global_batch_size=4,
+            micro_batch_size=4,
+            seed=seed,
+            task_encoder=GlobalRandomness(),
+            reseed_global_rng=True,
+            **kw,
+        )
         return to_python(next(iter(loader)))
 
     a, b, c = first_values(1), first_values(1, num_workers=2), first_values(2)
@@ -64,8 +81,15 @@ def test_without_reseeding_only_the_keyed_generators_are_deterministic():
     random.seed(123)
     first = to_python(next(iter(loader)))
     random.seed(456)
-    second = to_python(next(iter(datareel.Loader(data(), global_batch_size=4, micro_batch_size=4, seed=1,
-                                                 task_encoder=GlobalRandomness()))))
+    second = to_python(
+        next(
+            iter(
+                datareel.Loader(
+                    data(), global_batch_size=4, micro_batch_size=4, seed=1, task_encoder=GlobalRandomness()
+                )
+            )
+        )
+    )
     assert first["rng"] == second["rng"] and first["gen"] == second["gen"]
     assert first["py"] != second["py"]
 
@@ -76,8 +100,9 @@ def test_generators_outside_a_sample_are_refused():
 
 
 def test_reseeding_leaves_the_callers_global_generators_alone():
-    loader = datareel.Loader(data(), global_batch_size=4, micro_batch_size=4, seed=1, task_encoder=GlobalRandomness(),
-                             reseed_global_rng=True)  # num_workers=0: samples are encoded in this process
+    loader = datareel.Loader(
+        data(), global_batch_size=4, micro_batch_size=4, seed=1, task_encoder=GlobalRandomness(), reseed_global_rng=True
+    )  # num_workers=0: samples are encoded in this process
     random.seed(5)
     np.random.seed(5)
     torch.manual_seed(5)

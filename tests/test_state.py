@@ -25,13 +25,16 @@ def saved(**kwargs):
     return loader.state_dict()
 
 
-@pytest.mark.parametrize("change,field", [
-    (dict(seed=2), "seed"),
-    (dict(global_batch_size=24), "global_batch_size"),
-    (dict(shuffle=False), "shuffle"),
-    (dict(n=101), "dataset"),
-    (dict(name="other"), "dataset"),
-])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        (dict(seed=2), "seed"),
+        (dict(global_batch_size=24), "global_batch_size"),
+        (dict(shuffle=False), "shuffle"),
+        (dict(n=101), "dataset"),
+        (dict(name="other"), "dataset"),
+    ],
+)
 def test_mismatch_names_the_field_and_the_guarantee(change, field):
     state = saved()
     with pytest.raises(StateMismatchError) as err:
@@ -89,8 +92,13 @@ def test_state_size_does_not_grow(n, W, N, cursor):
         def __getitem__(self, i):
             return i
 
-    loader = Loader(datareel.from_sequence(Huge(), name="x" * 200), global_batch_size=W * 8,
-                    micro_batch_size=8, rank=W - 1, world_size=W)
+    loader = Loader(
+        datareel.from_sequence(Huge(), name="x" * 200),
+        global_batch_size=W * 8,
+        micro_batch_size=8,
+        rank=W - 1,
+        world_size=W,
+    )
     state = {**loader.state_dict(), "cursor": cursor // (W * 8) * (W * 8)}
     loader.load_state_dict(state)
     encoded = json.dumps(loader.state_dict())

@@ -81,8 +81,12 @@ def test_shard_and_sample_excludes_are_honoured(energon_dir, tmp_path):
 
 def test_datareel_prepare_loads_in_energon(tmp_path):
     keys = build_shards(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--quiet"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "4 shards, 17 samples" in proc.stdout
     theirs = energon_samples(tmp_path, train=True)
@@ -98,8 +102,13 @@ def test_datareel_prepare_loads_in_energon(tmp_path):
 
 def test_typed_samples_and_split_ratio(tmp_path):
     build_shards(tmp_path, shard_sizes=(3, 3, 3, 3), long_names=False)
-    report = prepare_webdataset(tmp_path, split_ratio="2,1,1", sample_type="CaptioningSample",
-                                field_map={"image": "png", "caption": "txt"}, progress=False)
+    report = prepare_webdataset(
+        tmp_path,
+        split_ratio="2,1,1",
+        sample_type="CaptioningSample",
+        field_map={"image": "png", "caption": "txt"},
+        progress=False,
+    )
     assert report.splits == {"train": 6, "val": 3, "test": 3}
     train = datareel.open_dataset(tmp_path, split="train", image_decode="pil")
     sample = train.read(4)
@@ -116,11 +125,15 @@ def test_typed_samples_and_split_ratio(tmp_path):
 def test_field_map_nested_access_alternatives_and_subflavors(tmp_path):
     build_shards(tmp_path, shard_sizes=(2,), long_names=False)
     prepare_webdataset(tmp_path, progress=False)
-    (tmp_path / ".nv-meta/dataset.yaml").write_text(yaml.safe_dump({
-        "sample_type": {"__module__": "megatron.energon", "__class__": "VQASample"},
-        "field_map": {"image": "jpg,png", "context": "json[tags][1]", "answers": "txt"},
-        "subflavors": {"source": "unit"},
-    }))
+    (tmp_path / ".nv-meta/dataset.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "sample_type": {"__module__": "megatron.energon", "__class__": "VQASample"},
+                "field_map": {"image": "jpg,png", "context": "json[tags][1]", "answers": "txt"},
+                "subflavors": {"source": "unit"},
+            }
+        )
+    )
     sample = datareel.open_dataset(tmp_path, subflavors={"extra": 1}).read(1)
     assert sample["context"] == "1" and sample["answers"].startswith("sample number 1")
     assert sample["__subflavors__"] == {"source": "unit", "extra": 1}
@@ -143,29 +156,36 @@ def test_jsonl_index_matches_energon_and_reads(tmp_path):
 
 
 def test_info_command(energon_dir):
-    proc = subprocess.run([sys.executable, "-m", "datareel", "info", str(energon_dir[0]), "--json"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "datareel", "info", str(energon_dir[0]), "--json"], capture_output=True, text=True
+    )
     info = json.loads(proc.stdout)
     assert info["samples"] == 17 and info["shards"] == 4 and info["splits"]["train"]["samples"] == 17
     assert info["sample_type"] == "CrudeWebdataset" and info["bytes"] > 0
-    table = subprocess.run([sys.executable, "-m", "datareel", "info", str(energon_dir[0])], capture_output=True, text=True)
+    table = subprocess.run(
+        [sys.executable, "-m", "datareel", "info", str(energon_dir[0])], capture_output=True, text=True
+    )
     assert "train" in table.stdout and "17" in table.stdout
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("s0.detail.json", ("s0", "detail.json")),
-    ("dir/s.2.txt", ("dir/s", "2.txt")),
-    ("a.b/c.txt", ("a.b/c", "txt")),
-    ("noext", None),
-    ("dir/.hidden", None),
-    ("__meta__/x.txt", None),
-    ("__index__", None),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("s0.detail.json", ("s0", "detail.json")),
+        ("dir/s.2.txt", ("dir/s", "2.txt")),
+        ("a.b/c.txt", ("a.b/c", "txt")),
+        ("noext", None),
+        ("dir/.hidden", None),
+        ("__meta__/x.txt", None),
+        ("__index__", None),
+    ],
+)
 def test_member_names_group_like_energon(name, expected):
     assert split_name(name) == expected
 
 
 # -- bad input: a clear error that names the file (and key), never a crash deep inside ------------
+
 
 @pytest.fixture
 def prepared(tmp_path):
@@ -211,21 +231,30 @@ def test_damaged_header_is_caught_on_read(prepared):
 
 
 def test_unknown_sample_type(prepared):
-    (prepared / ".nv-meta/dataset.yaml").write_text(yaml.safe_dump(
-        {"sample_type": {"__class__": "HologramSample"}, "field_map": {"x": "txt"}}))
+    (prepared / ".nv-meta/dataset.yaml").write_text(
+        yaml.safe_dump({"sample_type": {"__class__": "HologramSample"}, "field_map": {"x": "txt"}})
+    )
     with pytest.raises(DatareelError, match=r"dataset\.yaml: sample_type 'HologramSample' is not supported"):
         datareel.open_dataset(prepared)
 
 
 def test_field_map_naming_a_missing_part(prepared):
-    (prepared / ".nv-meta/dataset.yaml").write_text(yaml.safe_dump(
-        {"sample_type": {"__class__": "CaptioningSample"}, "field_map": {"image": "jpg", "caption": "txt"}}))
+    (prepared / ".nv-meta/dataset.yaml").write_text(
+        yaml.safe_dump(
+            {"sample_type": {"__class__": "CaptioningSample"}, "field_map": {"image": "jpg", "caption": "txt"}}
+        )
+    )
     ds = datareel.open_dataset(prepared)
     with pytest.raises(DatareelError, match=r"data-0\.tar key 's00000'.*needs part jpg"):
         ds.read(0)
     with pytest.raises(DatareelError, match="no sample has"):
-        prepare_webdataset(prepared, sample_type="CaptioningSample", field_map={"image": "jpg", "caption": "txt"},
-                           overwrite=True, progress=False)
+        prepare_webdataset(
+            prepared,
+            sample_type="CaptioningSample",
+            field_map={"image": "jpg", "caption": "txt"},
+            overwrite=True,
+            progress=False,
+        )
 
 
 def test_non_utf8_text(tmp_path):
@@ -238,14 +267,16 @@ def test_non_utf8_text(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(b'{"a": 1}\n{"b": "\xff"}\n')
     with pytest.raises(DatareelError, match=r"bad\.jsonl line 2: not valid UTF-8"):
         from datareel.cli.prepare import prepare_jsonl
+
         prepare_jsonl(tmp_path / "bad.jsonl")
 
 
 def test_prepare_refuses_duplicates_and_leaves_nothing(tmp_path):
     write_shard(tmp_path / "a.tar", [("k0", {"txt": b"a"}), ("k1", {"txt": b"b"})])
     write_shard(tmp_path / "b.tar", [("k2", {"txt": b"c"}), ("k1", {"txt": b"d"})])
-    proc = subprocess.run([sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--quiet"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "datareel", "prepare", str(tmp_path), "--quiet"], capture_output=True, text=True
+    )
     assert proc.returncode == 1
     assert "duplicate sample key 'k1'" in proc.stderr and "a.tar" in proc.stderr and "b.tar" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "b.tar"]  # no .nv-meta, no .idx, no temp

@@ -68,8 +68,15 @@ def energon_prepare(root: Path, *extra: str) -> None:
 
 def energon_samples(root: Path, split: str = "train", train: bool = False) -> dict[str, dict]:
     """Every sample of a split as Energon's own loader yields it (key -> sample dict)."""
-    from megatron.energon import (Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset,
-                                  get_val_dataset, stateless)
+    from megatron.energon import (
+        Cooker,
+        DefaultTaskEncoder,
+        WorkerConfig,
+        get_loader,
+        get_train_dataset,
+        get_val_dataset,
+        stateless,
+    )
 
     class Passthrough(DefaultTaskEncoder):
         cookers = [Cooker(stateless(lambda sample: sample))]
@@ -79,12 +86,20 @@ def energon_samples(root: Path, split: str = "train", train: bool = False) -> di
 
     config = WorkerConfig(rank=0, world_size=1, num_workers=0)
     if train:
-        dataset = get_train_dataset(str(root), split_part=split, worker_config=config, batch_size=None,
-                                    shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False,
-                                    task_encoder=Passthrough())
+        dataset = get_train_dataset(
+            str(root),
+            split_part=split,
+            worker_config=config,
+            batch_size=None,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            repeat=False,
+            task_encoder=Passthrough(),
+        )
     else:
-        dataset = get_val_dataset(str(root), split_part=split, worker_config=config, batch_size=None,
-                                  task_encoder=Passthrough())
+        dataset = get_val_dataset(
+            str(root), split_part=split, worker_config=config, batch_size=None, task_encoder=Passthrough()
+        )
     out = {}
     for sample in get_loader(dataset):
         if not isinstance(sample, dict):  # a typed sample is a dataclass

@@ -40,9 +40,7 @@ def rank_and_world(rank: int | None, world_size: int | None, group: Any = None) 
     rank = check_int(rank, "rank", error=TopologyError)
     world_size = check_int(world_size, "world_size", minimum=1, error=TopologyError)
     if world_size < 1 or not 0 <= rank < world_size:
-        raise TopologyError(
-            f"rank={rank} is not in [0, world_size={world_size}); pass 0 <= rank < world_size"
-        )
+        raise TopologyError(f"rank={rank} is not in [0, world_size={world_size}); pass 0 <= rank < world_size")
     return rank, world_size
 
 
@@ -116,7 +114,13 @@ def check_agreement(states: list[Any], what: str) -> None:
 
 
 def save_global(loader: Any, dst_rank: int) -> dict[str, Any] | None:
-    """``loader.save_state_global``: gather and check every rank's state; return it on ``dst_rank``."""
+    """``loader.save_state_global``: gather every rank's state, check they agree, return it on ``dst_rank``.
+
+    Collective over the data-parallel group: every rank must call it.  Ranks whose cursors
+    differ (one consumed a micro-batch more than the others) make every rank raise
+    :class:`~datareel.DatareelError` naming them.  Without torch.distributed (one process) it
+    returns ``loader.state_dict()``.  ``dst_rank`` is a rank within the data-parallel group.
+    """
     if isinstance(dst_rank, bool) or not isinstance(dst_rank, int) or not 0 <= dst_rank < loader.world_size:
         raise TopologyError(f"dst_rank={dst_rank!r} is not a rank of this loader (0 <= rank < {loader.world_size})")
     state = loader.state_dict()
@@ -127,7 +131,11 @@ def save_global(loader: Any, dst_rank: int) -> dict[str, Any] | None:
 
 
 def restore_global(loader: Any, state: dict[str, Any] | None, src_rank: int | None) -> None:
-    """``loader.restore_state_global``: one state restored on every rank of the group."""
+    """``loader.restore_state_global``: one state restored on every rank of the group (collective).
+
+    ``src_rank=r``: only rank ``r``'s ``state`` matters and is broadcast; the others may pass
+    ``None``.  ``src_rank=None``: every rank passes the state itself, and all must pass the same one.
+    """
     check_group(loader.group, loader.world_size)
     if not initialised():
         if state is None:

@@ -61,8 +61,9 @@ def _label(name: str, value: Any, where: str | None) -> str:
     return f"{where}({name}={value!r})" if where else f"{name}={value!r}"
 
 
-def check_int(value: Any, name: str, *, minimum: int = 0, where: str | None = None,
-              error: type[DatareelError] = OptionError) -> int:
+def check_int(
+    value: Any, name: str, *, minimum: int = 0, where: str | None = None, error: type[DatareelError] = OptionError
+) -> int:
     """``value`` as an ``int`` if it is an integer (not a bool) ``>= minimum``; else ``error`` naming it
     (as ``where(name=value)`` when ``where`` names the call)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:

@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader
 
 from . import dist
 from .blend.build import build_plan
 from .blend.tree import Blend
-from .errors import DatareelError, OptionError, check_choice, check_int
-from .execute.batch import ON_ERROR, BatchMaker, ExecOptions, passthrough
+from .errors import DatareelError, check_int
+from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
 from .execute.workers import WorkerOptions
 from .plan.layout import Layout
@@ -50,46 +49,56 @@ class Loader:
 
     Example::
 
-        loader = datareel.Loader(datareel.from_sequence(data), global_batch_size=32,
-                                 micro_batch_size=4, seed=1, num_workers=2)
-        it = iter(loader)
-        for step in range(100):
-            batch = next(it)
-        torch.save(loader.state_dict(), "loader.pt")      # or json.dump
-        ...
-        loader.load_state_dict(torch.load("loader.pt"))  # any world size / workers
+        loader = datareel.Loader(data, global_batch_size=32, micro_batch_size=4, seed=1, num_workers=2)
+        batches = iter(loader)                               # next(batches) per micro-step
+        torch.save(loader.state_dict(), "loader.pt")         # or json.dump: < 1 KB
+        loader.load_state_dict(torch.load("loader.pt"))      # any world size / workers
     """
 
-    def __init__(self, dataset: Source | Blend | Any, *, global_batch_size: int, micro_batch_size: int,
-                 seed: int = 0, shuffle: bool = True, rank: int | None = None, world_size: int | None = None,
-                 num_workers: int = 0, task_encoder: Any = None, repeat: bool = True,
-                 prefetch_factor: int | None = None, pin_memory: bool = False, persistent_workers: bool = False,
-                 multiprocessing_context: Any = None, timeout: float = 0.0, data_parallel_group: Any = None,
-                 packing: Packing | None = None, reseed_global_rng: bool = False, on_error: str = "raise"):
+    def __init__(
+        self,
+        dataset: Source | Blend | Any,
+        *,
+        global_batch_size: int,
+        micro_batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int | None = None,
+        world_size: int | None = None,
+        num_workers: int = 0,
+        task_encoder: Any = None,
+        repeat: bool = True,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        multiprocessing_context: Any = None,
+        timeout: float = 0.0,
+        data_parallel_group: Any = None,
+        packing: Packing | None = None,
+        reseed_global_rng: bool = False,
+        on_error: str = "raise",
+    ):
         if not isinstance(dataset, (Source, Blend)):
             dataset = from_sequence(dataset)
         self.dataset, self.seed = dataset, check_int(seed, "seed")
         self.shuffle, self.repeat, self.group = bool(shuffle), bool(repeat), data_parallel_group
         self.rank, world_size = dist.rank_and_world(rank, world_size, data_parallel_group)
-        self.layout = Layout(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
-                             world_size=world_size)
-        self.workers = WorkerOptions(num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory,
-                                     persistent_workers=persistent_workers, timeout=timeout,
-                                     multiprocessing_context=multiprocessing_context)
-        check_choice(on_error, "on_error", ON_ERROR)
-        if packing is not None and not isinstance(packing, Packing):
-            raise OptionError(f"packing={packing!r} must be a datareel.Packing(max_length=..., ...)")
+        self.layout = Layout(
+            global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, world_size=world_size
+        )
+        self.workers = WorkerOptions(
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            timeout=timeout,
+            multiprocessing_context=multiprocessing_context,
+        )
         self.plan, self.sources = build_plan(dataset, seed=self.seed, shuffle=self.shuffle)
-        if not self.repeat and self.plan.epoch_length is None:
-            raise OptionError(
-                f"repeat=False reads one pass, but {dataset.name} is an endless weighted mix; use "
-                f"datareel.mix_epochized (a finite meta-epoch) or repeat=True"
-            )
         self.packing = packing
-        self.reel = make_reel(self.plan, self.sources, packing, None if self.repeat else self.plan.epoch_length)
+        self.reel = make_reel(self.plan, self.sources, packing, repeat=self.repeat, name=dataset.name)
         self._encoder = ResolvedEncoder(task_encoder, packing=packing)
-        self._exec = ExecOptions(seed=self.seed, reseed_global=bool(reseed_global_rng), on_error=on_error,
-                                 max_length=getattr(packing, "max_length", None))
+        self._exec = ExecOptions.of(self.seed, reseed_global_rng, on_error, packing)
         self._cursor = self.reel.start()
         self.pending = CursorQueue()  # cursors of the batches the current iterator has not handed out yet
         self._generation = 0
@@ -130,7 +139,7 @@ class Loader:
 
     @property
     def reel_cursor(self) -> Cursor:
-        """The full cursor (with packing, also the ``(window, offset)`` of the next pack)."""
+        """The full cursor: with packing also the ``(window, offset)`` of the next pack."""
         return self._cursor
 
     # -- iteration ----------------------------------------------------------------------------------
@@ -143,23 +152,12 @@ class Loader:
         length = self.length
         if length is None:
             raise TypeError("a Loader with repeat=True is infinite and has no len()")
-        S = self.layout.step_size
-        steps = range(-(-self.cursor // S), -(-length // S))  # the cursor is a step boundary or the end
-        spans = (self.layout.rank_span(s, self.rank, length) for s in steps)
-        return sum(1 for start, stop in spans if start < stop)
+        return self.layout.rank_steps(self.rank, length, self.cursor)
 
     def _get_dataloader(self) -> DataLoader:
         if self._dataloader is None:
-            self._dataloader = DataLoader(
-                BatchMaker(self.sources, self._encoder, self._exec),
-                batch_size=None,
-                sampler=DescriptorSampler(self),
-                collate_fn=passthrough,
-                # its own generator: DataLoader draws a worker base seed per iterator, which would otherwise
-                # advance the training loop's global torch generator (datareel needs no worker seeds)
-                generator=torch.Generator().manual_seed(self.seed),
-                **self.workers.dataloader_kwargs(),
-            )
+            maker = BatchMaker(self.sources, self._encoder, self._exec)
+            self._dataloader = self.workers.dataloader(maker, DescriptorSampler(self), seed=self.seed)
         return self._dataloader
 
     def close(self) -> None:
@@ -169,8 +167,12 @@ class Loader:
 
     # -- state ---------------------------------------------------------------------------------------
     def _spec(self) -> dict[str, Any]:
-        spec = {"seed": self.seed, "shuffle": self.shuffle, "global_batch_size": self.global_batch_size,
-                "dataset": self.dataset.fingerprint()}
+        spec = {
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "global_batch_size": self.global_batch_size,
+            "dataset": self.dataset.fingerprint(),
+        }
         return {**spec, **self.reel.spec()}
 
     def state_dict(self) -> dict[str, Any]:
@@ -191,33 +193,18 @@ class Loader:
         self._cursor = cursor
 
     def save_state_global(self, dst_rank: int = 0) -> dict[str, Any] | None:
-        """Gather every rank's state, check they agree, return it on ``dst_rank`` (else ``None``).
-
-        Collective over the data-parallel group: every rank must call it.  Ranks
-        whose cursors differ (one consumed a micro-batch more than the others)
-        make every rank raise :class:`~datareel.DatareelError` naming them.
-        Without torch.distributed (one process) it returns :meth:`state_dict`.
-        ``dst_rank`` is a rank within the data-parallel group.
-        """
+        """Collective: gather every rank's state, refuse if they differ, return it on ``dst_rank``
+        (a rank of the data-parallel group; others get ``None``).  See :func:`datareel.dist.save_global`."""
         return dist.save_global(self, dst_rank)
 
     def restore_state_global(self, state: dict[str, Any] | None, src_rank: int | None = 0) -> None:
-        """Restore one state on every rank of the data-parallel group (collective).
-
-        ``src_rank=r``: only rank ``r``'s ``state`` matters and is broadcast;
-        the others may pass ``None``.  ``src_rank=None``: every rank passes the
-        state itself, and all must pass the same one.
-        """
+        """Collective: restore ``src_rank``'s state on every rank (``src_rank=None``: every rank passes
+        the same state).  See :func:`datareel.dist.restore_global`."""
         dist.restore_global(self, state, src_rank)
 
-    # Energon's names.
-    def save_state_rank(self) -> dict[str, Any]:
-        """Alias of :meth:`state_dict` (Energon's name)."""
-        return self.state_dict()
-
-    def restore_state_rank(self, state: dict[str, Any]) -> None:
-        """Alias of :meth:`load_state_dict` (Energon's name)."""
-        self.load_state_dict(state)
+    # Energon's names for state_dict / load_state_dict.
+    save_state_rank = state_dict
+    restore_state_rank = load_state_dict
 
 
 class _LoaderIterator:

@@ -39,10 +39,12 @@ GUARANTEES: dict[str, str] = {
     "version": "the state layout this datareel reads; an unknown layout cannot be interpreted safely",
     "seed": "the order of the reel: with another seed the resumed run would repeat some samples and skip others",
     "shuffle": "the order of the reel: switching shuffle would repeat some samples and skip others",
-    "dataset": "what each reel position reads: another dataset (name, size or content) would map the cursor to other samples",
-    "global_batch_size": "the global batches: with another global batch size they would differ from the uninterrupted run's",
+    "dataset": "what each reel position reads: another dataset (name, size or content) would map the cursor to "
+    "other samples",
+    "global_batch_size": "the global batches: with another global batch size they would differ from the "
+    "uninterrupted run's",
     "packing": "which samples each pack holds: other packing options or lengths would plan other packs, so the "
-               "cursor's (window, offset) would point at packs the saved run never made",
+    "cursor's (window, offset) would point at packs the saved run never made",
 }
 
 
@@ -64,9 +66,7 @@ def read_state(state: Any, spec: dict[str, Any]) -> Cursor:
             "datareel checkpoint); from then on datareel's checkpoints restore on any topology"
         )
     if not isinstance(state, dict):
-        raise DatareelError(
-            f"a datareel state is a dict (from loader.state_dict()), got {type(state).__name__}"
-        )
+        raise DatareelError(f"a datareel state is a dict (from loader.state_dict()), got {type(state).__name__}")
     if state.get("format") != FORMAT:
         raise DatareelError(
             f"this is not a datareel loader state (format={state.get('format')!r}, expected "
@@ -119,9 +119,11 @@ def _upgrade(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     length, now = old.get("length"), new.get("length")
     if isinstance(length, str) and length not in ("index", "bytes") and isinstance(now, dict):
         if str(now.get("function", "")).endswith(f".{length}") and {**old, "length": now} == new:
-            log.warning("this checkpoint predates length-function digests: packing length %r is accepted by "
-                        "name, but datareel cannot verify that the function still returns the same lengths",
-                        length)
+            log.warning(
+                "this checkpoint predates length-function digests: packing length %r is accepted by "
+                "name, but datareel cannot verify that the function still returns the same lengths",
+                length,
+            )
             return {**saved, "packing": new}
     return saved
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Union
 
 from ..errors import DatareelError, OptionError
 from ..plan.nodes import ConcatNode, LeafNode, Node, ReelPlan, SplitNode
@@ -11,7 +10,8 @@ from ..plan.rng import name_key
 from ..sources.base import Source
 from .tree import MAX_DENOMINATOR, Blend, Concat, EpochizedMix, Mix, length_of
 
-def build_plan(dataset: Union[Source, Blend], *, seed: int, shuffle: bool) -> tuple[ReelPlan, list[Source]]:
+
+def build_plan(dataset: Source | Blend, *, seed: int, shuffle: bool) -> tuple[ReelPlan, list[Source]]:
     """The reel plan of a dataset tree and its leaves (leaf id = index in the list)."""
     if isinstance(dataset, Source):
         plan = ReelPlan.single(size=len(dataset), name=dataset.name, seed=seed, shuffle=_shuffles(dataset, shuffle))
@@ -26,11 +26,16 @@ def _shuffles(source: Source, default: bool) -> bool:
     return default if own is None else bool(own)
 
 
-def _node(ds: Union[Source, Blend], seed: int, shuffle: bool, leaves: list[Source], path: str) -> Node:
+def _node(ds: Source | Blend, seed: int, shuffle: bool, leaves: list[Source], path: str) -> Node:
     if isinstance(ds, Source):
         leaves.append(ds)
-        return LeafNode(leaf=len(leaves) - 1, size=len(ds), key=name_key(f"{path}:{ds.name}"), seed=seed,
-                        shuffle=_shuffles(ds, shuffle))
+        return LeafNode(
+            leaf=len(leaves) - 1,
+            size=len(ds),
+            key=name_key(f"{path}:{ds.name}"),
+            seed=seed,
+            shuffle=_shuffles(ds, shuffle),
+        )
     nodes = [_node(c, seed, shuffle, leaves, f"{path}.{i}") for i, c in enumerate(ds.children)]
     if isinstance(ds, Concat):
         return ConcatNode(children=tuple(nodes), sizes=tuple(length_of(c) for c in ds.children))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
 
@@ -27,8 +27,17 @@ from ..sources.view import SourceView
 from ..sources.webdataset import WebDatasetSource
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
 
-_REF_KEYS = {"path", "split_part", "subflavors", "shuffle_over_epochs_multiplier", "subset", "dataset_config",
-             "split_config", "weight", "repetitions"}
+_REF_KEYS = {
+    "path",
+    "split_part",
+    "subflavors",
+    "shuffle_over_epochs_multiplier",
+    "subset",
+    "dataset_config",
+    "split_config",
+    "weight",
+    "repetitions",
+}
 _UNSUPPORTED = {
     "join": "joining datasets sample by sample",
     "joiner": "joining datasets sample by sample",
@@ -45,8 +54,9 @@ class _Context:
         self.split, self.subflavors, self.multiplier, self.ranges = split, subflavors, multiplier, ranges
 
 
-def load_metadataset(path: str | Path, *, split: str = "train", image_decode: str | None = "torchrgb",
-                     decode: bool = True) -> Union[Source, Blend]:
+def load_metadataset(
+    path: str | Path, *, split: str = "train", image_decode: str | None = "torchrgb", decode: bool = True
+) -> Source | Blend:
     """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc)."""
     builder = _Builder(image_decode=image_decode, decode=decode)
     dataset = builder.metadataset(Path(path), _Context(split, {}, 1, ()), stack=())
@@ -58,7 +68,7 @@ class _Builder:
         self.image_decode, self.decode = image_decode, decode
         self.names: dict[str, int] = {}
 
-    def metadataset(self, path: Path, ctx: _Context, stack: tuple[Path, ...]) -> Union[Source, Blend]:
+    def metadataset(self, path: Path, ctx: _Context, stack: tuple[Path, ...]) -> Source | Blend:
         path = path.resolve()
         if path in stack:
             raise DatasetError(f"{path}: metadatasets include each other in a cycle: {[str(p) for p in stack]}")
@@ -84,15 +94,19 @@ class _Builder:
             node = {"blend": node["datasets"]}
         return self.node(node, path, ctx, stack + (path,), f"splits.{ctx.split}")
 
-    def node(self, node: Any, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Union[Source, Blend]:
+    def node(self, node: Any, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
         if not isinstance(node, dict):
             raise DatasetError(f"{yaml_path}: {where} must be a mapping, got {node!r}")
         for key in node:
             if key in _UNSUPPORTED:
-                raise DatasetError(f"{yaml_path}: {where}.{key}: {_UNSUPPORTED[key]} ({key!r}) is not supported by datareel")
+                raise DatasetError(
+                    f"{yaml_path}: {where}.{key}: {_UNSUPPORTED[key]} ({key!r}) is not supported by datareel"
+                )
         kinds = [k for k in ("blend", "blend_epochized", "path") if k in node]
         if len(kinds) != 1:
-            raise DatasetError(f"{yaml_path}: {where} needs exactly one of 'path', 'blend', 'blend_epochized', got {sorted(node)}")
+            raise DatasetError(
+                f"{yaml_path}: {where} needs exactly one of 'path', 'blend', 'blend_epochized', got {sorted(node)}"
+            )
         ctx = self.narrow(node, yaml_path, ctx, where)
         if "path" in node:
             unknown = sorted(set(node) - _REF_KEYS)
@@ -100,7 +114,9 @@ class _Builder:
                 raise DatasetError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
             return self.ref(node, yaml_path, ctx, stack, where)
         kind = kinds[0]
-        unknown = sorted(set(node) - {kind, "subflavors", "shuffle_over_epochs_multiplier", "subset", "weight", "repetitions"})
+        unknown = sorted(
+            set(node) - {kind, "subflavors", "shuffle_over_epochs_multiplier", "subset", "weight", "repetitions"}
+        )
         if unknown:
             raise DatasetError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
         items = node[kind]
@@ -119,8 +135,10 @@ class _Builder:
     def number(item: dict, key: str, yaml_path: Path, where: str) -> float:
         other = "repetitions" if key == "weight" else "weight"
         if other in item:
-            raise DatasetError(f"{yaml_path}: {where} has {other!r}, which belongs in a "
-                                f"{'blend_epochized' if other == 'repetitions' else 'blend'} list")
+            raise DatasetError(
+                f"{yaml_path}: {where} has {other!r}, which belongs in a "
+                f"{'blend_epochized' if other == 'repetitions' else 'blend'} list"
+            )
         value = item.get(key, 1.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
             raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a positive number")
@@ -148,8 +166,12 @@ class _Builder:
 
     @staticmethod
     def subset(spec: Any, yaml_path: Path, where: str, leaf: bool) -> tuple[Any, Any]:
-        if not (isinstance(spec, dict) and set(spec) == {"range"} and isinstance(spec["range"], list)
-                and len(spec["range"]) == 2):
+        if not (
+            isinstance(spec, dict)
+            and set(spec) == {"range"}
+            and isinstance(spec["range"], list)
+            and len(spec["range"]) == 2
+        ):
             raise DatasetError(f"{yaml_path}: {where}.subset must be {{range: [start, end]}}, got {spec!r}")
         out = []
         for value in spec["range"]:
@@ -159,17 +181,24 @@ class _Builder:
                 try:
                     out.append(("%", float(value[:-1]) / 100))
                 except ValueError:
-                    raise DatasetError(f"{yaml_path}: {where}.subset range value {value!r} is not a percentage") from None
+                    raise DatasetError(
+                        f"{yaml_path}: {where}.subset range value {value!r} is not a percentage"
+                    ) from None
             elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 if not leaf:
-                    raise DatasetError(f"{yaml_path}: {where}.subset: absolute ranges ({value}) are allowed only on datasets, use percentages here")
+                    raise DatasetError(
+                        f"{yaml_path}: {where}.subset: absolute ranges ({value}) are allowed only on datasets, "
+                        f"use percentages here"
+                    )
                 out.append(value)
             else:
-                raise DatasetError(f"{yaml_path}: {where}.subset range value {value!r} must be 'N%', an integer or 'end'")
+                raise DatasetError(
+                    f"{yaml_path}: {where}.subset range value {value!r} must be 'N%', an integer or 'end'"
+                )
         return tuple(out)
 
-    def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Union[Source, Blend]:
-        target = (yaml_path.parent / str(node["path"]))
+    def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
+        target = yaml_path.parent / str(node["path"])
         split = node.get("split_part", ctx.split)
         if target.suffix in (".yaml", ".yml"):
             inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges)
@@ -177,10 +206,15 @@ class _Builder:
         if target.suffix == ".jsonl":
             source: Source = JsonlSource(target)
         else:
-            source = WebDatasetSource(target, split=split, image_decode=self.image_decode, decode=self.decode,
-                                      subflavors=dict(ctx.subflavors),
-                                      split_config=node.get("split_config", "split.yaml"),
-                                      dataset_config=node.get("dataset_config", "dataset.yaml"))
+            source = WebDatasetSource(
+                target,
+                split=split,
+                image_decode=self.image_decode,
+                decode=self.decode,
+                subflavors=dict(ctx.subflavors),
+                split_config=node.get("split_config", "split.yaml"),
+                dataset_config=node.get("dataset_config", "dataset.yaml"),
+            )
         start, stop = 0, len(source)
         for rng in ctx.ranges:  # innermost (the dataset's own) first
             start, stop = _apply_range(rng, start, stop, yaml_path, where)

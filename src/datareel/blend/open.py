@@ -53,8 +53,16 @@ def open_dataset(
 
         return load_metadataset(p, split=split, image_decode=image_decode, decode=decode)
     if p.is_dir() and energon_meta.is_prepared(p):
-        return WebDatasetSource(p, split=split, image_decode=image_decode, decode=decode, subflavors=subflavors,
-                                split_config=split_config, dataset_config=dataset_config, name=name)
+        return WebDatasetSource(
+            p,
+            split=split,
+            image_decode=image_decode,
+            decode=decode,
+            subflavors=subflavors,
+            split_config=split_config,
+            dataset_config=dataset_config,
+            name=name,
+        )
     if p.is_dir():
         raise DatasetError(
             f"{p} has no {energon_meta.META}/.info.json: it is not a prepared dataset; run `datareel prepare {p}`"

@@ -19,8 +19,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any, Union
+from typing import Any
 
 from ..errors import OptionError
 from ..sources.base import Source, shorten
@@ -33,7 +32,7 @@ below 1e-13 for shares above 0.001): exact integer routing at any position."""
 class Blend:
     """A dataset made of other datasets (sources or blends)."""
 
-    children: tuple[Union[Source, Blend], ...]
+    children: tuple[Source | Blend, ...]
     name: str
 
     def leaves(self) -> list[Source]:
@@ -75,7 +74,7 @@ class Blend:
         return f"{type(self).__name__}([{inner}])"
 
 
-def _digest(ds: Union[Source, Blend]) -> str:
+def _digest(ds: Source | Blend) -> str:
     blob = json.dumps(ds.describe(), sort_keys=True, default=str).encode("utf-8")
     return hashlib.blake2b(blob, digest_size=8).hexdigest()
 
@@ -105,7 +104,7 @@ def _number(value: Any, label: str) -> float:
 class Mix(Blend):
     """An endless reel in which child ``k`` takes exactly the share ``w_k / Σw`` of positions."""
 
-    children: tuple[Union[Source, Blend], ...]
+    children: tuple[Source | Blend, ...]
     weights: tuple[float, ...]
     name: str
 
@@ -117,7 +116,7 @@ class Mix(Blend):
 class EpochizedMix(Blend):
     """A finite meta-epoch holding exactly ``round(r_k · len_k)`` samples of child ``k``."""
 
-    children: tuple[Union[Source, Blend], ...]
+    children: tuple[Source | Blend, ...]
     repetitions: tuple[float, ...]
     counts: tuple[int, ...]
     name: str
@@ -133,7 +132,7 @@ class EpochizedMix(Blend):
 class Concat(Blend):
     """Children one after another; one pass reads each child once (no weights)."""
 
-    children: tuple[Union[Source, Blend], ...]
+    children: tuple[Source | Blend, ...]
     name: str
 
     kind = "concat"
@@ -142,7 +141,7 @@ class Concat(Blend):
         return sum(length_of(c) for c in self.children)
 
 
-def length_of(ds: Union[Source, Blend]) -> int:
+def length_of(ds: Source | Blend) -> int:
     if isinstance(ds, Source):
         return len(ds)
     size = ds.size_hint()
@@ -177,7 +176,9 @@ def mix_epochized(items: Any, *, name: str | None = None) -> EpochizedMix:
     reps = tuple(_number(r, f"repetitions of {ds.name!r}") for ds, r in items)
     counts = tuple(math.floor(r * length_of(ds) + 0.5) for (ds, _), r in zip(items, reps))
     if sum(counts) == 0:
-        raise OptionError(f"mix_epochized: every child rounds to 0 samples per meta-epoch ({counts}); raise repetitions")
+        raise OptionError(
+            f"mix_epochized: every child rounds to 0 samples per meta-epoch ({counts}); raise repetitions"
+        )
     children = tuple(ds for ds, _ in items)
     return EpochizedMix(children, reps, counts, name or f"mix_epochized({','.join(c.name for c in children)})")
 

@@ -6,8 +6,8 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import DatareelError
 
@@ -22,21 +22,35 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--samples", type=int, default=100, help="dataset size (default 100)")
     demo.add_argument("--seed", type=int, default=1234, help="reel seed (default 1234)")
     demo.add_argument(
-        "--distributed", action="store_true",
+        "--distributed",
+        action="store_true",
         help="run each phase as real processes joined by torch.distributed (gloo on 127.0.0.1)",
     )
     prepare = commands.add_parser(
-        "prepare", help="index WebDataset shards (a directory) or a .jsonl file into Energon's format",
+        "prepare",
+        help="index WebDataset shards (a directory) or a .jsonl file into Energon's format",
     )
     prepare.add_argument("path", help="directory of *.tar shards, or a .jsonl file")
-    prepare.add_argument("--split-ratio", default="1,0,0",
-                         help="shares of train,val,test (or name:share,...) cut by shard (default 1,0,0)")
-    prepare.add_argument("--sample-type", default="CrudeWebdataset",
-                         help="CrudeWebdataset (default) or an Energon sample type, e.g. CaptioningSample")
-    prepare.add_argument("--field-map", default=None, help='JSON field -> part map, e.g. \'{"image": "jpg", "caption": "txt"}\'')
-    prepare.add_argument("--lengths", default=None, metavar="MODULE:FUNCTION",
-                         help="also compute a length index: FUNCTION(decoded sample) -> int, for packing and "
-                              "filters (on an already prepared dataset, only the length index is computed)")
+    prepare.add_argument(
+        "--split-ratio",
+        default="1,0,0",
+        help="shares of train,val,test (or name:share,...) cut by shard (default 1,0,0)",
+    )
+    prepare.add_argument(
+        "--sample-type",
+        default="CrudeWebdataset",
+        help="CrudeWebdataset (default) or an Energon sample type, e.g. CaptioningSample",
+    )
+    prepare.add_argument(
+        "--field-map", default=None, help='JSON field -> part map, e.g. \'{"image": "jpg", "caption": "txt"}\''
+    )
+    prepare.add_argument(
+        "--lengths",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="also compute a length index: FUNCTION(decoded sample) -> int, for packing and "
+        "filters (on an already prepared dataset, only the length index is computed)",
+    )
     prepare.add_argument("--workers", type=int, default=None, help="parallel indexing processes (default: cores)")
     prepare.add_argument("--overwrite", action="store_true", help="replace an existing .nv-meta")
     prepare.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -64,9 +78,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             parser.error(f"--samples={args.samples} must be at least 1")
         return 0 if run_demo(samples=args.samples, seed=args.seed, distributed=args.distributed) else 1
     if args.command == "prepare":
-        from .prepare import prepare_jsonl, prepare_webdataset
-
         from ..sources.energon_meta import is_prepared
+        from .prepare import prepare_jsonl, prepare_webdataset
 
         if args.path.endswith(".jsonl"):
             print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
@@ -75,11 +88,19 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 field_map = json.loads(args.field_map) if args.field_map else None
             except json.JSONDecodeError as exc:
                 parser.error(f"--field-map {args.field_map!r} is not JSON: {exc}")
-            report = prepare_webdataset(args.path, split_ratio=args.split_ratio, sample_type=args.sample_type,
-                                        field_map=field_map, workers=args.workers, overwrite=args.overwrite,
-                                        progress=not args.quiet)
-            print(f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
-                  + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items()))
+            report = prepare_webdataset(
+                args.path,
+                split_ratio=args.split_ratio,
+                sample_type=args.sample_type,
+                field_map=field_map,
+                workers=args.workers,
+                overwrite=args.overwrite,
+                progress=not args.quiet,
+            )
+            print(
+                f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
+                + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items())
+            )
         if args.lengths:
             from .lengths import compute_length_index
 

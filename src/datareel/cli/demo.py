@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ..loader import Loader
 from ..execute.randomness import sample_rng
-from ..testing.simulate import make_ranks, take_global_batches, unbatch
+from ..loader import Loader
 from ..sources.sequence import from_sequence
+from ..testing.simulate import make_ranks, take_global_batches, unbatch
 
 
 class TokenFile:
@@ -95,8 +95,13 @@ def write_dataset(directory: Path, samples: int, seq_len: int = 16, seed: int = 
 def job_loaders(job: Job, *, distributed: bool = False) -> list[Loader]:
     """A job's loaders: one per simulated rank, or (distributed) this process's only one."""
     dataset = from_sequence(TokenFile(job.data), name="demo-tokens")
-    common = dict(global_batch_size=job.global_batch_size, seed=job.seed, task_encoder=NoisyEncoder(),
-                  num_workers=job.phase.num_workers, micro_batch_size=job.phase.micro_batch_size)
+    common = dict(
+        global_batch_size=job.global_batch_size,
+        seed=job.seed,
+        task_encoder=NoisyEncoder(),
+        num_workers=job.phase.num_workers,
+        micro_batch_size=job.phase.micro_batch_size,
+    )
     if distributed:
         return [Loader(dataset, **common)]
     return make_ranks(dataset, world_size=job.phase.world_size, **common)
@@ -167,7 +172,12 @@ DEMO_PHASES = (
 
 
 def run_scenario(
-    data: Path, phases: tuple[Phase, ...], *, seed: int, global_batch_size: int, work: Path,
+    data: Path,
+    phases: tuple[Phase, ...],
+    *,
+    seed: int,
+    global_batch_size: int,
+    work: Path,
     runner: Callable[[Job], tuple[list[list[Any]], str | None]],
 ) -> tuple[list[list[Any]], list[tuple[Phase, int, list[list[Any]]]], str | None]:
     """Phase 0 runs from the start and checkpoints; every later phase resumes that checkpoint.
@@ -176,12 +186,23 @@ def run_scenario(
     """
     first, rest = phases[0], phases[1:]
     total = first.batches + max(p.batches for p in rest)
-    ref_job = Job(data=str(data), seed=seed, global_batch_size=global_batch_size, state_in=None,
-                  out_dir=str(work / "reference"),
-                  phase=Phase(world_size=1, num_workers=0, micro_batch_size=global_batch_size, batches=total))
+    ref_job = Job(
+        data=str(data),
+        seed=seed,
+        global_batch_size=global_batch_size,
+        state_in=None,
+        out_dir=str(work / "reference"),
+        phase=Phase(world_size=1, num_workers=0, micro_batch_size=global_batch_size, batches=total),
+    )
     reference, _ = run_phase_local(ref_job)
-    job = Job(data=str(data), seed=seed, global_batch_size=global_batch_size, phase=first, state_in=None,
-              out_dir=str(work / "phase0"))
+    job = Job(
+        data=str(data),
+        seed=seed,
+        global_batch_size=global_batch_size,
+        phase=first,
+        state_in=None,
+        out_dir=str(work / "phase0"),
+    )
     batches, state = runner(job)
     results = [(first, 0, batches)]
     if state is None:
@@ -189,14 +210,24 @@ def run_scenario(
     state_path = work / "checkpoint.json"
     state_path.write_text(state)
     for i, phase in enumerate(rest, start=1):
-        job = Job(data=str(data), seed=seed, global_batch_size=global_batch_size, phase=phase,
-                  state_in=str(state_path), out_dir=str(work / f"phase{i}"))
+        job = Job(
+            data=str(data),
+            seed=seed,
+            global_batch_size=global_batch_size,
+            phase=phase,
+            state_in=str(state_path),
+            out_dir=str(work / f"phase{i}"),
+        )
         results.append((phase, first.batches, runner(job)[0]))
     return reference, results, state
 
 
 def run_demo(
-    *, samples: int = 100, global_batch_size: int = 24, seed: int = 1234, distributed: bool = False,
+    *,
+    samples: int = 100,
+    global_batch_size: int = 24,
+    seed: int = 1234,
+    distributed: bool = False,
     out: Callable[[str], Any] = print,
 ) -> bool:
     """Run the scenario; print a table and a verdict; return whether everything matched."""
@@ -205,20 +236,32 @@ def run_demo(
         data = write_dataset(work, samples, seed=seed)
         runner = run_phase_distributed if distributed else run_phase_local
         reference, results, state = run_scenario(
-            data, DEMO_PHASES, seed=seed, global_batch_size=global_batch_size, work=work, runner=runner)
-    return report(reference, results, state, samples=samples, global_batch_size=global_batch_size,
-                  mode="real processes, gloo on 127.0.0.1" if distributed else "ranks simulated in one process",
-                  out=out)
+            data, DEMO_PHASES, seed=seed, global_batch_size=global_batch_size, work=work, runner=runner
+        )
+    return report(
+        reference,
+        results,
+        state,
+        samples=samples,
+        global_batch_size=global_batch_size,
+        mode="real processes, gloo on 127.0.0.1" if distributed else "ranks simulated in one process",
+        out=out,
+    )
 
 
 def report(reference, results, state, *, samples: int, global_batch_size: int, mode: str, out) -> bool:
     total = len(reference)
     checkpoint_at = results[0][0].batches
-    checks = [batches == reference[first : first + len(batches)] and len(batches) == phase.batches
-              for phase, first, batches in results]
+    checks = [
+        batches == reference[first : first + len(batches)] and len(batches) == phase.batches
+        for phase, first, batches in results
+    ]
     once = _exactly_once_per_epoch(reference, samples)
-    out(f"datareel demo ({mode}): {samples} samples, global batch {global_batch_size}, {total} global "
-        f"batches (= {total * global_batch_size / samples:.2f} epochs), checkpoint after global batch {checkpoint_at - 1}\n")
+    out(
+        f"datareel demo ({mode}): {samples} samples, global batch {global_batch_size}, {total} global "
+        f"batches (= {total * global_batch_size / samples:.2f} epochs), checkpoint after global batch "
+        f"{checkpoint_at - 1}\n"
+    )
     out(f"{'run':<44}{'micro':>6}{'accum':>6}  {'global batches':<15}{'result'}")
     out(f"{'uninterrupted reference (1 rank)':<44}{global_batch_size:>6}{1:>6}  {'0-' + str(total - 1):<15}reference")
     for i, ((phase, first, batches), ok) in enumerate(zip(results, checks)):
@@ -233,8 +276,11 @@ def report(reference, results, state, *, samples: int, global_batch_size: int, m
         out(f"\ncheckpoint: {len(state)} bytes of JSON, identical on all {first_ranks} ranks")
     out(f"every sample exactly once per epoch in the reference: {'yes' if once else 'NO'}")
     passed = all(checks) and state is not None and once and len(results) == len(DEMO_PHASES)
-    out("\nPASS: every global batch after the restore equals the uninterrupted run's" if passed
-        else "\nFAIL: the resumed runs differ from the uninterrupted run")
+    out(
+        "\nPASS: every global batch after the restore equals the uninterrupted run's"
+        if passed
+        else "\nFAIL: the resumed runs differ from the uninterrupted run"
+    )
     return passed
 
 

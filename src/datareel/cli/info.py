@@ -21,7 +21,9 @@ def dataset_info(path: str | Path) -> dict[str, Any]:
         raise DatasetError(f"{p} is not a prepared dataset directory or .jsonl file; run `datareel prepare {p}`")
     info = meta.read_info(p)
     config = meta.read_dataset_yaml(p)
-    sample_type = config.get("sample_type", {}).get("__class__") if isinstance(config.get("sample_type"), dict) else None
+    sample_type = (
+        config.get("sample_type", {}).get("__class__") if isinstance(config.get("sample_type"), dict) else None
+    )
     splits = {}
     config_split = meta.load_file(p / meta.META / "split.yaml") if (p / meta.META / "split.yaml").is_file() else {}
     for name in (config_split or {}).get("split_parts", {}):
@@ -33,9 +35,13 @@ def dataset_info(path: str | Path) -> dict[str, Any]:
             "bytes": sum((p / s).stat().st_size for s in split.shards if (p / s).exists()),
         }
     return {
-        "path": str(p), "kind": "webdataset", "sample_type": sample_type or config.get("__class__", CRUDE),
-        "shards": len(info), "samples": sum(info.values()),
-        "bytes": sum((p / s).stat().st_size for s in info if (p / s).exists()), "splits": splits,
+        "path": str(p),
+        "kind": "webdataset",
+        "sample_type": sample_type or config.get("__class__", CRUDE),
+        "shards": len(info),
+        "samples": sum(info.values()),
+        "bytes": sum((p / s).stat().st_size for s in info if (p / s).exists()),
+        "splits": splits,
     }
 
 
@@ -48,7 +54,9 @@ def format_info(info: dict[str, Any]) -> str:
     lines.append(f"  shards: {info['shards']:,}   samples: {info['samples']:,}   bytes: {_size(info['bytes'])}")
     lines.append(f"  {'split':<10}{'shards':>8}{'samples':>12}{'excluded':>10}{'bytes':>12}")
     for name, s in info["splits"].items():
-        lines.append(f"  {name:<10}{s['shards']:>8,}{s['samples']:>12,}{s['excluded_samples']:>10,}{_size(s['bytes']):>12}")
+        lines.append(
+            f"  {name:<10}{s['shards']:>8,}{s['samples']:>12,}{s['excluded_samples']:>10,}{_size(s['bytes']):>12}"
+        )
     return "\n".join(lines)
 
 

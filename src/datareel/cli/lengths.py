@@ -22,8 +22,8 @@ from tqdm import tqdm
 from ..errors import DatasetError, OptionError
 from ..sources.base import Source
 from ..sources.jsonl import JsonlSource
-from ..sources.webdataset import WebDatasetSource
 from ..sources.lengths import forget_index
+from ..sources.webdataset import WebDatasetSource
 
 
 def import_function(spec: str) -> Callable[[Any], int]:
@@ -65,8 +65,9 @@ def _all_samples(path: str) -> Source:
     return WebDatasetSource(path, split=None)
 
 
-def compute_length_index(path: str | os.PathLike, spec: str, *, workers: int | None = None,
-                         progress: bool = True, chunk: int = 2048) -> Path:
+def compute_length_index(
+    path: str | os.PathLike, spec: str, *, workers: int | None = None, progress: bool = True, chunk: int = 2048
+) -> Path:
     """Compute and write the length index of a prepared directory or JSONL file."""
     path = str(path)
     import_function(spec)  # fail early, in this process

@@ -77,9 +77,7 @@ def scan_shard(root: Path, shard: str) -> ShardScan:
 
 
 def find_shards(root: Path) -> list[str]:
-    return sorted(
-        p.relative_to(root).as_posix() for p in root.rglob("*.tar") if META not in p.relative_to(root).parts
-    )
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.tar") if META not in p.relative_to(root).parts)
 
 
 def parse_split_ratio(text: str) -> dict[str, float]:
@@ -125,8 +123,13 @@ def dataset_yaml(sample_type: str, field_map: dict[str, str] | None) -> dict[str
 
 
 def prepare_webdataset(
-    root: str | os.PathLike, *, split_ratio: str = "1,0,0", sample_type: str = CRUDE,
-    field_map: dict[str, str] | None = None, workers: int | None = None, overwrite: bool = False,
+    root: str | os.PathLike,
+    *,
+    split_ratio: str = "1,0,0",
+    sample_type: str = CRUDE,
+    field_map: dict[str, str] | None = None,
+    workers: int | None = None,
+    overwrite: bool = False,
     progress: bool = True,
 ) -> PrepareReport:
     """Index every ``*.tar`` under ``root`` and write Energon-compatible metadata."""
@@ -160,8 +163,12 @@ def prepare_webdataset(
             raise OptionError(f"--field-map names parts {missing} that no sample has; parts found: {found_parts}")
 
     _write_all(root, scans, splits, config, overwrite)
-    return PrepareReport(shards=len(shards), samples=sum(len(s.keys) for s in scans), parts=found_parts,
-                         splits={name: sum(len(s.keys) for s in scans if s.shard in set(lst)) for name, lst in splits.items()})
+    return PrepareReport(
+        shards=len(shards),
+        samples=sum(len(s.keys) for s in scans),
+        parts=found_parts,
+        splits={name: sum(len(s.keys) for s in scans if s.shard in set(lst)) for name, lst in splits.items()},
+    )
 
 
 def _scan_all(root: Path, shards: list[str], workers: int | None, progress: bool) -> list[ShardScan]:
@@ -185,8 +192,9 @@ def _scan_all(root: Path, shards: list[str], workers: int | None, progress: bool
         bar.close()
 
 
-def _write_all(root: Path, scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any],
-               overwrite: bool) -> None:
+def _write_all(
+    root: Path, scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any], overwrite: bool
+) -> None:
     from .. import __version__
 
     tag = f".tmp-{uuid.uuid4().hex[:8]}"
@@ -238,8 +246,10 @@ def _write_sqlite(path: Path, scans: list[ShardScan]) -> None:
                 "INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
                 ((tar_id, key, i, offsets[i], offsets[i + 1] - offsets[i]) for i, key in enumerate(scan.keys)),
             )
-            db.executemany("INSERT INTO sample_parts VALUES (?, ?, ?, ?, ?)",
-                           ((tar_id, i, part, off, size) for i, part, off, size in scan.parts))
+            db.executemany(
+                "INSERT INTO sample_parts VALUES (?, ?, ?, ?, ?)",
+                ((tar_id, i, part, off, size) for i, part, off, size in scan.parts),
+            )
         db.executescript(
             "CREATE INDEX idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index);"
             "CREATE INDEX idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset);"
@@ -267,7 +277,9 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
             text = line.strip()
             if text:
                 if not (text.startswith(b"{") and text.endswith(b"}")):
-                    raise DatasetError(f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')")
+                    raise DatasetError(
+                        f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')"
+                    )
                 try:
                     text.decode("utf-8")
                 except UnicodeDecodeError as exc:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import DatareelError
+from ..errors import DatareelError, check_choice
 from ..plan.rng import DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
@@ -40,10 +40,24 @@ SUBSTITUTE_ATTEMPTS = 16
 
 @dataclass(frozen=True, kw_only=True)
 class ExecOptions:
+    """What every worker needs besides the descriptor: the seed, the randomness and error policies,
+    and packing's ``max_length`` (for ``truncate_sample``)."""
+
     seed: int
     reseed_global: bool = False
     on_error: str = "raise"
     max_length: int | None = None
+
+    @classmethod
+    def of(cls, seed: int, reseed_global: Any, on_error: Any, packing: Any) -> ExecOptions:
+        """Checked options from the loader's arguments (``packing``: a Packing or None)."""
+        check_choice(on_error, "on_error", ON_ERROR)
+        return cls(
+            seed=seed,
+            reseed_global=bool(reseed_global),
+            on_error=on_error,
+            max_length=getattr(packing, "max_length", None),
+        )
 
 
 class BatchMaker(Dataset):
@@ -59,8 +73,11 @@ class BatchMaker(Dataset):
     def _attempt(self, position: int, source_id: int, index: int) -> Any:
         raw = self.sources[source_id].read(index)
         if isinstance(raw, dict) and "__source__" not in raw:  # a copy: never change the user's objects
-            raw = Sample(raw, __source__=self.names[source_id]) if isinstance(raw, Sample) else \
-                {**raw, "__source__": self.names[source_id]}
+            raw = (
+                Sample(raw, __source__=self.names[source_id])
+                if isinstance(raw, Sample)
+                else {**raw, "__source__": self.names[source_id]}
+            )
         reseed = self.options.reseed_global or "encode_sample" in self.encoder.reseeds
         with sample_context(self.options.seed, position, reseed_global=reseed):
             return self.encoder.encode_sample(raw)
@@ -73,7 +90,9 @@ class BatchMaker(Dataset):
             if self.options.on_error == "raise":
                 raise DatareelError(f"{where} failed: {exc}") from exc
             n = len(self.sources[source_id])
-            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([DOMAIN_SUBSTITUTE, self.options.seed, position])))
+            rng = np.random.Generator(
+                np.random.PCG64(np.random.SeedSequence([DOMAIN_SUBSTITUTE, self.options.seed, position]))
+            )
             for _ in range(SUBSTITUTE_ATTEMPTS if n > 1 else 0):
                 candidate = (index + 1 + int(rng.integers(0, n - 1))) % n
                 try:
@@ -82,8 +101,10 @@ class BatchMaker(Dataset):
                     continue
                 log.warning("%s failed (%r); substituted sample index %d of the same source", where, exc, candidate)
                 return sample
-            raise DatareelError(f"{where} failed: {exc}; and no substitute among {SUBSTITUTE_ATTEMPTS} candidates "
-                                f"of the same source worked") from exc
+            raise DatareelError(
+                f"{where} failed: {exc}; and no substitute among {SUBSTITUTE_ATTEMPTS} candidates "
+                f"of the same source worked"
+            ) from exc
 
     def _where(self, position: int, source_id: int, index: int) -> str:
         source = self.sources[source_id]
@@ -95,8 +116,10 @@ class BatchMaker(Dataset):
 
     # -- one micro-batch --------------------------------------------------------------------------
     def __getitem__(self, desc: Descriptor) -> Any:
-        samples = [self.sample(p, s, i) for p, s, i in
-                   zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist())]
+        samples = [
+            self.sample(p, s, i)
+            for p, s, i in zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist())
+        ]
         if desc.pack_sizes is not None:
             samples = self._pack(desc, samples)
         reseed = bool({"batch", "encode_batch"} & self.encoder.reseeds)
@@ -112,25 +135,26 @@ class BatchMaker(Dataset):
             else:
                 cuts = np.cumsum(desc.pack_sizes)[:-1]
                 batch.setdefault("__packs__", [p.tolist() for p in np.split(desc.positions, cuts)])
-                batch.setdefault("__source__", [[self.names[i] for i in s.tolist()] for s in np.split(desc.source_ids, cuts)])
+                batch.setdefault(
+                    "__source__", [[self.names[i] for i in s.tolist()] for s in np.split(desc.source_ids, cuts)]
+                )
                 batch.setdefault("__positions__", desc.packed_positions)
         return batch
 
     def _pack(self, desc: Descriptor, samples: list[Any]) -> list[Any]:
         truncate = getattr(self.encoder.encoder, "truncate_sample", None)
         if desc.truncate is not None and desc.truncate.any():
-            samples = [truncate(s, self.options.max_length) if t else s for s, t in zip(samples, desc.truncate.tolist())]
+            samples = [
+                truncate(s, self.options.max_length) if t else s for s, t in zip(samples, desc.truncate.tolist())
+            ]
         out, start = [], 0
         for packed_position, size in zip(desc.packed_positions.tolist(), desc.pack_sizes.tolist()):
-            with sample_context(self.options.seed, packed_position, pack=True, reseed_global=self.options.reseed_global):
+            with sample_context(
+                self.options.seed, packed_position, pack=True, reseed_global=self.options.reseed_global
+            ):
                 out.append(self.encoder.pack_selected_samples(samples[start : start + size]))
             start += size
         return out
 
     def __len__(self) -> int:  # DataLoader never needs it (it is fed by a sampler)
         raise TypeError("BatchMaker is indexed by descriptors and has no length")
-
-
-def passthrough(batch: Any) -> Any:
-    """DataLoader collate_fn: batches are already made in the worker."""
-    return batch

@@ -97,8 +97,12 @@ def _is_seed_wrapper(method: Any) -> bool:
     """Whether ``method`` is wrapped by Energon's ``@stateless(restore_seeds=True)`` (it needs Energon's
     worker state; the code object's name survives ``functools.wraps``)."""
     code = getattr(getattr(method, "__func__", method), "__code__", None)
-    return (code is not None and code.co_name in ("seed_wrapper", "seed_wrapper_generator")
-            and "energon" in code.co_filename and hasattr(getattr(method, "__func__", method), "__wrapped__"))
+    return (
+        code is not None
+        and code.co_name in ("seed_wrapper", "seed_wrapper_generator")
+        and "energon" in code.co_filename
+        and hasattr(getattr(method, "__func__", method), "__wrapped__")
+    )
 
 
 def _is_energon(encoder: Any) -> bool:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
 from ..errors import OptionError, check_int
 
 
@@ -30,12 +33,33 @@ class WorkerOptions:
                 f"{self.persistent_workers!r} need worker processes; set num_workers >= 1 or drop them"
             )
 
+    def dataloader(self, dataset: Dataset, sampler: Sampler, *, seed: int) -> DataLoader:
+        """The DataLoader that executes descriptors: one batch per descriptor, made in the worker."""
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            sampler=sampler,
+            collate_fn=passthrough,
+            # its own generator: DataLoader draws a worker base seed per iterator, which would otherwise
+            # advance the training loop's global torch generator (datareel needs no worker seeds)
+            generator=torch.Generator().manual_seed(seed),
+            **self.dataloader_kwargs(),
+        )
+
     def dataloader_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory,
-                                  "timeout": self.timeout}
+        kwargs: dict[str, Any] = {
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "timeout": self.timeout,
+        }
         if self.num_workers:
             kwargs["persistent_workers"] = self.persistent_workers
             kwargs["multiprocessing_context"] = self.multiprocessing_context
             if self.prefetch_factor is not None:
                 kwargs["prefetch_factor"] = self.prefetch_factor
         return kwargs
+
+
+def passthrough(batch: Any) -> Any:
+    """DataLoader collate_fn: batches are already made in the worker."""
+    return batch

@@ -1,7 +1,7 @@
 """Pure order math: permutations, epochs, the reel, the batch layout. No I/O here."""
 
 from .layout import Layout
-from .permute import permute
 from .nodes import ReelPlan
+from .permute import permute
 
 __all__ = ["Layout", "ReelPlan", "permute"]

@@ -14,9 +14,7 @@ from .permute import permute
 from .rng import permutation_keys
 
 
-def source_indices(
-    j: np.ndarray, n: int, *, seed: int, source_key: int, shuffle: bool
-) -> np.ndarray:
+def source_indices(j: np.ndarray, n: int, *, seed: int, source_key: int, shuffle: bool) -> np.ndarray:
     """Sample indices for source-local counters.
 
     j: int64[k], each >= 0 -> int64[k], each in [0, n)

@@ -85,6 +85,16 @@ class Layout:
         start = base + rank * share + min(rank, extra)
         return start, start + share + (1 if rank < extra else 0)
 
+    def rank_steps(self, rank: int, length: int, start: int = 0) -> int:
+        """Micro-steps in which ``rank`` reads at least one position of a finite reel of ``length``,
+        from position ``start`` (a step boundary or the end) on.  O(1): every step but a partial last
+        one gives each rank ``m`` positions; the partial one (``R`` positions) reaches ranks ``< R``."""
+        S = self.step_size
+        full = max(0, length // S - -(-start // S))  # whole steps left
+        rest = length % S
+        partial = 1 if rest and start < length and rank < rest else 0
+        return full + partial
+
     def rank_positions(self, step: int, rank: int, length: int | None = None) -> np.ndarray:
         """-> int64[<= m]: the reel positions of one rank's micro-batch."""
         start, stop = self.rank_span(step, rank, length)

@@ -14,7 +14,6 @@ are given.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
@@ -78,7 +77,7 @@ class ConcatNode:
         return leaf, index
 
 
-Node = Union[LeafNode, SplitNode, ConcatNode]
+Node = LeafNode | SplitNode | ConcatNode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,5 +94,4 @@ class ReelPlan:
     @classmethod
     def single(cls, *, size: int, name: str, seed: int, shuffle: bool) -> ReelPlan:
         """The reel of one source: its epochs back to back."""
-        return cls(root=LeafNode(leaf=0, size=size, key=name_key(name), seed=seed, shuffle=shuffle),
-                   epoch_length=size)
+        return cls(root=LeafNode(leaf=0, size=size, key=name_key(name), seed=seed, shuffle=shuffle), epoch_length=size)

@@ -42,7 +42,7 @@ def _round(r: np.ndarray, k: np.uint64, mask: np.uint64) -> np.ndarray:
 
     r: uint64[k] -> uint64[k] (a new array; ``r`` is not modified).
     """
-    z = np.bitwise_xor(r, k)
+    z: np.ndarray = np.bitwise_xor(r, k)
     z ^= z >> _S30
     z *= _M1
     z ^= z >> _S27

@@ -32,9 +32,7 @@ def permutation_keys(seed: int, source_key: int, epoch: int) -> np.ndarray:
 
     -> uint64[ROUNDS]; cached, and read-only so the cache cannot be corrupted.
     """
-    keys = np.random.SeedSequence([DOMAIN_PERMUTE, seed, source_key, epoch]).generate_state(
-        ROUNDS, dtype=np.uint64
-    )
+    keys = np.random.SeedSequence([DOMAIN_PERMUTE, seed, source_key, epoch]).generate_state(ROUNDS, dtype=np.uint64)
     keys.setflags(write=False)
     return keys
 

@@ -26,7 +26,8 @@ def left_count(q: np.ndarray, a: int, b: int) -> np.ndarray:
     q = np.asarray(q, dtype=np.int64)
     if b <= _FAST_LIMIT:
         t, r = np.divmod(q, b)  # (k,), (k,)
-        return t * a + (2 * r * a + b) // (2 * b)
+        out: np.ndarray = t * a + (2 * r * a + b) // (2 * b)
+        return out
     # exact Python-int arithmetic for very large denominators (meta-epochs over 2^30 samples)
     return np.array([(2 * int(x) * a + b) // (2 * b) for x in q.tolist()], dtype=np.int64)
 

@@ -7,6 +7,7 @@ new stage is a new class here; the loader never asks which kind it holds.
 
 from __future__ import annotations
 
+from ..errors import OptionError
 from ..plan.nodes import ReelPlan
 from ..sources.base import Source
 from .base import Descriptor, Reel, Step
@@ -18,8 +19,17 @@ from .plain import PlainReel
 __all__ = ["Cursor", "CursorQueue", "Descriptor", "PackedReel", "Packing", "PlainReel", "Reel", "Step", "make_reel"]
 
 
-def make_reel(plan: ReelPlan, sources: list[Source], packing: Packing | None, pass_length: int | None) -> Reel:
-    """The reel for a loader's options: packed when ``packing`` is given, else plain."""
+def make_reel(plan: ReelPlan, sources: list[Source], packing: Packing | None, *, repeat: bool, name: str) -> Reel:
+    """The reel for a loader's options: packed when ``packing`` is given, else plain; ``repeat=False``
+    reads one pass of the plan (dataset ``name`` must then be finite)."""
+    if packing is not None and not isinstance(packing, Packing):
+        raise OptionError(f"packing={packing!r} must be a datareel.Packing(max_length=..., ...)")
+    if not repeat and plan.epoch_length is None:
+        raise OptionError(
+            f"repeat=False reads one pass, but {name} is an endless weighted mix; use "
+            f"datareel.mix_epochized (a finite meta-epoch) or repeat=True"
+        )
+    pass_length = None if repeat else plan.epoch_length
     if packing is None:
         return PlainReel(plan, pass_length)
     return PackedReel(plan, sources, packing, pass_length)

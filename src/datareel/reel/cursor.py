@@ -43,9 +43,14 @@ class Cursor:
         if "pack" not in state:
             return cls(position)
         pack = state["pack"]
-        if not (isinstance(pack, (list, tuple)) and len(pack) == 2
-                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pack)):
-            raise DatareelError(f"state pack={pack!r} must be [window, offset] (two integers >= 0); the state is damaged")
+        if not (
+            isinstance(pack, (list, tuple))
+            and len(pack) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pack)
+        ):
+            raise DatareelError(
+                f"state pack={pack!r} must be [window, offset] (two integers >= 0); the state is damaged"
+            )
         return cls(position, (pack[0], pack[1]))
 
 

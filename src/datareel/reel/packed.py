@@ -84,7 +84,9 @@ class PackedReel:
 
     def check(self, cursor: Cursor, layout: Layout) -> None:
         if cursor.pack is None:
-            raise DatareelError("the state has no pack=[window, offset] although this loader packs; the state is damaged")
+            raise DatareelError(
+                "the state has no pack=[window, offset] although this loader packs; the state is damaged"
+            )
         w, o = cursor.pack
         last = self.windows()
         if last is not None and w >= last:
@@ -158,9 +160,13 @@ class PackedReel:
                 f"{int(positions[over])})"
             ) from None
         if dropped.size and w not in self._dropped:
-            log.warning("packing dropped %d over-long samples of window %d (max_length=%d): %s", dropped.size, w,
-                        self.packing.max_length, ", ".join(
-                            f"{self.sources[leaf[d]].name}[{int(index[d])}]@{int(positions[d])}" for d in dropped[:10]))
+            log.warning(
+                "packing dropped %d over-long samples of window %d (max_length=%d): %s",
+                dropped.size,
+                w,
+                self.packing.max_length,
+                ", ".join(f"{self.sources[leaf[d]].name}[{int(index[d])}]@{int(positions[d])}" for d in dropped[:10]),
+            )
         self._dropped[w] = int(dropped.size)
         truncate = (lengths > self.packing.max_length) & (self.packing.over_length == "truncate")
         out = [Pack(positions[p], leaf[p], index[p], truncate[p]) for p in plans]

@@ -50,5 +50,4 @@ class Packing:
         if callable(length):
             qualname = getattr(length, "__qualname__", type(length).__qualname__)
             length = {"function": f"{getattr(length, '__module__', '?')}.{qualname}", "lengths": lengths_digest}
-        return {"max_length": self.max_length, "window": self.window, "over_length": self.over_length,
-                "length": length}
+        return {"max_length": self.max_length, "window": self.window, "over_length": self.over_length, "length": length}

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..loader import Loader
 
 
-class DescriptorSampler(Sampler):
+class DescriptorSampler(Sampler[Descriptor]):
     """Yields this rank's descriptors from the loader's cursor at the moment iteration starts."""
 
     def __init__(self, loader: Loader):

@@ -47,7 +47,9 @@ class PartDecoder:
         try:
             return self._get().decode1(part, data)
         except UnicodeDecodeError as exc:
-            raise DatasetError(f"{where}: part {part!r} is not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+            raise DatasetError(
+                f"{where}: part {part!r} is not valid UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from exc
         except Exception as exc:  # decoders raise anything: name the place, keep the cause
             raise DatasetError(f"{where}: cannot decode part {part!r}: {type(exc).__name__}: {exc}") from exc
 

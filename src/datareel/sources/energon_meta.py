@@ -76,9 +76,7 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
     if not isinstance(parts, dict):
         raise DatasetError(f"{path} has no 'split_parts' mapping of split name -> shard list")
     if split not in parts:
-        raise DatasetError(
-            f"split {split!r} is not in {path}; it has {sorted(parts)}: pass one of them as split="
-        )
+        raise DatasetError(f"split {split!r} is not in {path}; it has {sorted(parts)}: pass one of them as split=")
     shards = _expand(parts[split], path, f"split_parts[{split!r}]")
     excluded_shards: set[str] = set()
     excluded_samples: dict[str, set[str]] = {}
@@ -93,8 +91,7 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
             key = f"{rest}/{key}"
         if not slash:
             raise DatasetError(
-                f"{path}: exclude entry {entry!r} names neither a shard of the dataset nor "
-                f"'<shard>/<sample key>'"
+                f"{path}: exclude entry {entry!r} names neither a shard of the dataset nor '<shard>/<sample key>'"
             )
         excluded_samples.setdefault(shard, set()).add(key)
     unknown = [s for s in shards if s not in info]
@@ -104,8 +101,9 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
             f"re-run `datareel prepare` on {root}"
         )
     kept = tuple(s for s in shards if s not in excluded_shards)
-    return Split(name=split, shards=kept,
-                 excluded_samples={s: frozenset(k) for s, k in excluded_samples.items() if s in kept})
+    return Split(
+        name=split, shards=kept, excluded_samples={s: frozenset(k) for s, k in excluded_samples.items() if s in kept}
+    )
 
 
 def read_dataset_yaml(root: Path, dataset_config: str = "dataset.yaml") -> dict[str, Any]:

@@ -113,14 +113,19 @@ def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
     required, optional = SAMPLE_TYPES[name]
     field_map = config.get("field_map")
     if not isinstance(field_map, Mapping) or not field_map:
-        raise DatasetError(f"{where}: sample_type {name} needs a field_map (field -> part), e.g. {{{required[0]}: txt}}")
+        raise DatasetError(
+            f"{where}: sample_type {name} needs a field_map (field -> part), e.g. {{{required[0]}: txt}}"
+        )
     unknown = [f for f in field_map if f not in required + optional]
     missing = [f for f in required if f not in field_map]
     if unknown or missing:
         raise DatasetError(
-            f"{where}: field_map for {name} " + (f"names unknown fields {unknown}" if unknown else "")
-            + (" and " if unknown and missing else "") + (f"lacks required fields {missing}" if missing else "")
+            f"{where}: field_map for {name} "
+            + (f"names unknown fields {unknown}" if unknown else "")
+            + (" and " if unknown and missing else "")
+            + (f"lacks required fields {missing}" if missing else "")
             + f"; {name} has fields {list(required + optional)}"
         )
-    return TypedFields(sample_type=name,
-                       fields=tuple((f, parse_field(str(spec), where)) for f, spec in field_map.items()))
+    return TypedFields(
+        sample_type=name, fields=tuple((f, parse_field(str(spec), where)) for f, spec in field_map.items())
+    )

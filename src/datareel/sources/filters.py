@@ -15,8 +15,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import OptionError
-from .lengths import LengthSpec, check_spec, lengths_of
 from .base import MappedSource, Source
+from .lengths import LengthSpec, check_spec, lengths_of
 
 
 class SampleMeta:
@@ -62,12 +62,24 @@ class FilteredSource(MappedSource):
 
     def describe(self) -> dict[str, Any]:
         digest = hashlib.blake2b(np.ascontiguousarray(self.kept).tobytes(), digest_size=8).hexdigest()
-        return {"kind": "filter", "name": self.name, "base": self.base.describe(), "predicate": self.label,
-                "kept": len(self.kept), "kept_digest": digest}
+        return {
+            "kind": "filter",
+            "name": self.name,
+            "base": self.base.describe(),
+            "predicate": self.label,
+            "kept": len(self.kept),
+            "kept_digest": digest,
+        }
 
 
-def filter(dataset: Source, predicate: Callable[[SampleMeta], bool], *, length: LengthSpec | None = None,
-           name: str | None = None, progress: bool = True) -> FilteredSource:
+def filter(
+    dataset: Source,
+    predicate: Callable[[SampleMeta], bool],
+    *,
+    length: LengthSpec | None = None,
+    name: str | None = None,
+    progress: bool = True,
+) -> FilteredSource:
     """Keep the samples of ``dataset`` whose metadata passes ``predicate``.
 
     ``predicate(meta)`` gets a :class:`SampleMeta` (``meta.key``, ``meta.length``,

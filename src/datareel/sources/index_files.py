@@ -23,9 +23,7 @@ def read_index(path: Path) -> np.ndarray:
     try:
         size = os.path.getsize(path)
     except FileNotFoundError:
-        raise DatasetError(
-            f"index file {path} is missing; run `datareel prepare` on the dataset to write it"
-        ) from None
+        raise DatasetError(f"index file {path} is missing; run `datareel prepare` on the dataset to write it") from None
     if size < DTYPE.itemsize or size % DTYPE.itemsize:
         raise DatasetError(
             f"index file {path} has {size} bytes, not a whole number (>= 1) of 8-byte offsets; it is "

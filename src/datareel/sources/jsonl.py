@@ -50,7 +50,9 @@ class JsonlSource(Source):
         except UnicodeDecodeError as exc:
             raise DatasetError(f"{where}: not valid UTF-8 ({exc.reason} at byte {start + exc.start})") from exc
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`") from exc
+            raise DatasetError(
+                f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`"
+            ) from exc
 
     def _open(self) -> None:
         if self._pid != os.getpid():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from ..errors import DatasetError, OptionError
 from .base import Source
 
 LengthFn = Callable[[Source, np.ndarray], np.ndarray]
-LengthSpec = Union[str, LengthFn]
+LengthSpec = str | LengthFn
 """``"index"`` (a prepared length index), ``"bytes"`` (each sample's bytes on disk) or
 ``fn(source, indices) -> lengths`` (vectorised, cheap: it runs in the main process)."""
 
@@ -67,8 +67,11 @@ def load_index(source: Source) -> np.ndarray:
     saved = json.loads(side.read_text())
     current = source.length_index_check()
     if saved.get("check") != json.loads(json.dumps(current)):
-        changed = sorted(k for k in set(saved.get("check", {})) | set(current)
-                         if saved.get("check", {}).get(k) != list(current.get(k, [])))
+        changed = sorted(
+            k
+            for k in set(saved.get("check", {})) | set(current)
+            if saved.get("check", {}).get(k) != list(current.get(k, []))
+        )
         raise DatasetError(
             f"length index {path} is stale: {changed[:5]} changed since it was computed "
             f"(sample count, bytes or content); re-run `datareel prepare --lengths {saved.get('function')}`"

@@ -21,8 +21,7 @@ class SequenceSource(Source):
         size = len(seq)
         if size < 1:
             raise OptionError(
-                f"from_sequence got an empty {type(seq).__name__} (len 0); a dataset needs at "
-                f"least one sample"
+                f"from_sequence got an empty {type(seq).__name__} (len 0); a dataset needs at least one sample"
             )
         if name is not None and (not isinstance(name, str) or not name):
             raise OptionError(f"name={name!r} must be a non-empty string or None")

@@ -147,7 +147,9 @@ def scan_tar(f: BinaryIO, where: str) -> Iterator[tuple[int, str, str, int, int]
         f.seek(pos)
         header = f.read(BLOCK)
         if len(header) < BLOCK:
-            raise TarFormatError(f"{where}: the tar ends at byte {pos + len(header)} without its end blocks (truncated)")
+            raise TarFormatError(
+                f"{where}: the tar ends at byte {pos + len(header)} without its end blocks (truncated)"
+            )
         if header.count(0) == BLOCK:
             return
         kind, size = _header(header, where, pos)

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import OptionError
 import numpy as np
 
+from ..errors import OptionError
 from .base import MappedSource, Source
 
 
 class SourceView(MappedSource):
-    def __init__(self, base: Source, *, start: int = 0, stop: int | None = None, shuffle: bool | None = None,
-                 name: str | None = None):
+    def __init__(
+        self,
+        base: Source,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        shuffle: bool | None = None,
+        name: str | None = None,
+    ):
         stop = len(base) if stop is None else stop
         if not 0 <= start < stop <= len(base):
             raise OptionError(
@@ -37,5 +44,10 @@ class SourceView(MappedSource):
         return self.base.read(self.start + index)
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "view", "name": self.name, "base": self.base.describe(), "range": [self.start, self.stop],
-                "shuffle": self.shuffle}
+        return {
+            "kind": "view",
+            "name": self.name,
+            "base": self.base.describe(),
+            "range": [self.start, self.stop],
+            "shuffle": self.shuffle,
+        }

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .decode import PartDecoder
 from ..errors import DatasetError
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
+from .decode import PartDecoder
 from .fieldmap import TypedFields, typed_fields
 from .index_files import read_index
 from .tarparse import BLOCK, iter_members, split_name

@@ -18,5 +18,14 @@ from .elastic import Topology, check_restore_everywhere
 from .launch import free_port, run_local
 from .simulate import make_ranks, take_global_batches, take_micro_step, to_python, unbatch
 
-__all__ = ["Topology", "check_restore_everywhere", "free_port", "make_ranks", "run_local", "take_global_batches",
-           "take_micro_step", "to_python", "unbatch"]
+__all__ = [
+    "Topology",
+    "check_restore_everywhere",
+    "free_port",
+    "make_ranks",
+    "run_local",
+    "take_global_batches",
+    "take_micro_step",
+    "to_python",
+    "unbatch",
+]

@@ -1,7 +1,8 @@
-"""The shared checkpoint helper: save at every step, restore on another topology, compare the rest.
+"""The restore-everywhere checker: save at every step, restore on another topology, compare the rest.
 
-Every test of ordering, mixing, packing, state or layout goes through
-:func:`check_restore_everywhere`.  It
+Every datareel test of ordering, mixing, packing, state or layout goes through
+:func:`check_restore_everywhere`, and users can run it on their own datasets and
+task encoders.  It
 
 1. runs an uninterrupted single-rank reference over the window of interest;
 2. runs topology ``before`` in lockstep over the same window, checking its
@@ -10,7 +11,12 @@ Every test of ordering, mixing, packing, state or layout goes through
 3. restores each saved state into topology ``after`` (one set of loaders,
    reused, so worker processes start once) and checks that the rest of the run
    equals the reference's, global batch by global batch.  A state the ``after``
-   layout cannot split must be refused with ``TopologyError`` instead.
+   layout cannot split must be refused with ``TopologyError`` instead;
+4. round-trips every state: it survives ``json.dumps``/``json.loads`` and a
+   restored loader reports exactly the state it was given.
+
+A failed check raises :class:`AssertionError` with what differed (explicitly,
+so it also holds under ``python -O``).
 """
 
 from __future__ import annotations
@@ -19,26 +25,42 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TopologyError
+from ..errors import OptionError, TopologyError
 from ..loader import Loader
 from .simulate import make_ranks, take_micro_step
 
 
+def expect(condition: bool, message: str) -> None:
+    """An assertion that ``python -O`` keeps."""
+    if not condition:
+        raise AssertionError(message)
+
+
 @dataclass(frozen=True)
 class Topology:
+    """One topology: data-parallel ``world_size``, DataLoader ``num_workers`` per rank, ``micro_batch_size``."""
+
     world_size: int
     num_workers: int
     micro_batch_size: int
 
     def loaders(self, dataset: Any, **common: Any) -> list[Loader]:
         extra = {"persistent_workers": True} if self.num_workers else {}
-        return make_ranks(dataset, world_size=self.world_size, num_workers=self.num_workers,
-                          micro_batch_size=self.micro_batch_size, **extra, **common)
+        return make_ranks(
+            dataset,
+            world_size=self.world_size,
+            num_workers=self.num_workers,
+            micro_batch_size=self.micro_batch_size,
+            **extra,
+            **common,
+        )
 
 
 def _fast_forward(loaders: list[Loader], cursor: int) -> None:
-    """Put loaders at ``cursor`` as if they had consumed it (a state is nothing but the cursor)."""
+    """Put loaders at ``cursor`` as if they had consumed it (a plain reel's state is nothing but the cursor)."""
     state = loaders[0].state_dict()
+    if cursor and "pack" in state:
+        raise OptionError(f"start={cursor}: a packed reel's window checks start at 0 (its cursor holds a pack offset)")
     state["cursor"] = cursor
     for loader in loaders:
         loader.load_state_dict(state)
@@ -55,7 +77,7 @@ def _steps(loaders: list[Loader], iterators: list, stop: int | None) -> list[tup
         if records is None:
             break
         states = {json.dumps(loader.state_dict(), sort_keys=True) for loader in loaders}
-        assert len(states) == 1, f"ranks disagree on the state after a micro-step: {states}"
+        expect(len(states) == 1, f"ranks disagree on the state after a micro-step: {states}")
         out.append((records, states.pop()))
     return out
 
@@ -85,21 +107,23 @@ def check_restore_everywhere(
     the reel, e.g. just before an epoch boundary.  Returns counts for reporting.
     """
     G = global_batch_size
-    assert start % G == 0
+    if start % G:
+        raise OptionError(f"start={start} must be a multiple of global_batch_size={G}")
     stop = start + global_batches * G
     common = dict(global_batch_size=G, seed=seed, **common)
 
     reference_loader = Loader(dataset, micro_batch_size=G, **common)
     _fast_forward([reference_loader], start)
     reference = [r for records, _ in _steps([reference_loader], [iter(reference_loader)], stop) for r in records]
-    assert [r["__positions__"] for r in reference] == list(range(start, start + len(reference)))
+    positions = [r["__positions__"] for r in reference]
+    expect(positions == list(range(start, start + len(reference))), f"the reference skipped positions: {positions}")
     end = start + len(reference)  # < stop only for a finite reel
 
     first = before.loaders(dataset, **common)
     _fast_forward(first, start)
     steps = _steps(first, [iter(loader) for loader in first], stop)
     consumed = [r for records, _ in steps for r in records]
-    assert consumed == reference, "the uninterrupted run on `before` differs from the reference"
+    expect(consumed == reference, f"the uninterrupted run on {before} differs from the single-rank reference")
 
     second = after.loaders(dataset, **common)
     restored = refused = 0
@@ -110,13 +134,18 @@ def check_restore_everywhere(
             for loader in second:
                 loader.load_state_dict(state)
         except TopologyError:
-            assert (cursor % G) % (after.micro_batch_size * after.world_size) != 0
+            S = after.micro_batch_size * after.world_size
+            expect((cursor % G) % S != 0, f"a state at cursor {cursor} was refused although {S} divides it")
             refused += 1
             continue
+        for loader in second:
+            again = json.dumps(loader.state_dict(), sort_keys=True)
+            expect(again == json.dumps(state, sort_keys=True), f"restored {state}, but the loader reports {again}")
         rest = [r for records, _ in _steps(second, [iter(loader) for loader in second], stop) for r in records]
         expected = reference[cursor - start :]
-        assert by_global_batch(rest, G) == by_global_batch(expected, G), (
-            f"restore at cursor {cursor} on {after} differs from the uninterrupted run"
+        expect(
+            by_global_batch(rest, G) == by_global_batch(expected, G),
+            f"restore at cursor {cursor} on {after} differs from the uninterrupted run",
         )
         restored += 1
     for loader in first + second:

@@ -28,7 +28,10 @@ def free_port() -> int:
 
 def _entry(rank: int, fn: Callable[..., None], world_size: int, port: int, timeout: float, args: tuple) -> None:
     torch_dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
         timeout=datetime.timedelta(seconds=timeout),
     )
     try:
@@ -45,8 +48,11 @@ def run_local(fn: Callable[..., None], world_size: int, *args: Any, timeout: flo
     processes are killed either way.
     """
     context = mp.start_processes(
-        _entry, args=(fn, world_size, free_port(), timeout, args), nprocs=world_size,
-        start_method="spawn", join=False,
+        _entry,
+        args=(fn, world_size, free_port(), timeout, args),
+        nprocs=world_size,
+        start_method="spawn",
+        join=False,
     )
     deadline = time.monotonic() + timeout
     try:

@@ -1,0 +1,222 @@
+"""Energon's dataset and loader factories: ``WorkerConfig``, ``get_train_dataset``, ``get_val_dataset``,
+``get_savable_loader``, ``get_loader`` (arguments checked; unhonourable ones refused by name)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.distributed as torch_dist
+
+from ..errors import OptionError
+from .loader import EnergonLoader
+
+log = logging.getLogger("datareel")
+
+_BUFFER_ARGS = ("shuffle_buffer_size", "max_samples_per_sequence", "parallel_shard_iters")
+_LOADER_ARGS = (
+    "checkpoint_every_sec",
+    "checkpoint_every_min_n_samples",
+    "n_checkpoints",
+    "gc_collect_every_n_steps",
+    "cache_pool",
+    "watchdog_timeout_seconds",
+    "watchdog_initial_timeout_seconds",
+    "fail_on_timeout",
+)
+_explained: set[str] = set()
+
+
+def _explain_once(name: str, message: str) -> None:
+    if name not in _explained:
+        _explained.add(name)
+        log.info("datareel.energon: %s", message)
+
+
+@dataclass
+class WorkerConfig:
+    """Where this process sits: ``rank`` / ``world_size`` of the data-parallel group, workers per rank.
+
+    ``seed_offset`` is datareel's seed.  The debug fields are accepted and ignored.
+    """
+
+    rank: int
+    world_size: int
+    num_workers: int
+    data_parallel_group: Any = None
+    seed_offset: int = 0
+    worker_debug_path: str | None = None
+    worker_log_level: int = 0
+
+    @staticmethod
+    def default_worker_config(num_workers: int = 4, data_parallel_group: Any = None) -> WorkerConfig:
+        """Rank and world size from torch.distributed when initialised, else a single rank."""
+        if torch_dist.is_available() and torch_dist.is_initialized():
+            return WorkerConfig(
+                rank=torch_dist.get_rank(data_parallel_group),
+                world_size=torch_dist.get_world_size(data_parallel_group),
+                num_workers=num_workers,
+                data_parallel_group=data_parallel_group,
+            )
+        return WorkerConfig(rank=0, world_size=1, num_workers=num_workers, data_parallel_group=data_parallel_group)
+
+
+@dataclass
+class DatasetSpec:
+    """What ``get_train_dataset`` / ``get_val_dataset`` return: the recipe, built by a loader call."""
+
+    path: Any
+    split_part: str
+    worker_config: WorkerConfig
+    batch_size: int | None
+    global_batch_size: int | None
+    task_encoder: Any
+    repeat: bool
+    shuffle: bool
+    virtual_epoch_length: int = 0
+    limit: int | None = None
+    open_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
+    for name in _BUFFER_ARGS:
+        if name in kwargs:
+            kwargs.pop(name)
+            _explain_once(
+                name,
+                f"{name} is accepted and not needed: datareel shuffles the whole reel with a "
+                f"keyed permutation (no buffers), so order and restore do not depend on it",
+            )
+    open_kwargs = {k: kwargs.pop(k) for k in ("split_config", "dataset_config") if k in kwargs}
+    if "subflavors" in kwargs:
+        open_kwargs["subflavors"] = kwargs.pop("subflavors")
+    if kwargs:
+        raise OptionError(
+            f"{where}: datareel.energon cannot honour {sorted(kwargs)} (for example sample_type overrides, "
+            f"auto_decode/image_decode, cache pools); drop them or use datareel's own API"
+        )
+    return open_kwargs
+
+
+def _check_encoder(task_encoder: Any, packing_buffer_size: int | None, where: str) -> None:
+    if packing_buffer_size is not None:
+        raise OptionError(
+            f"{where}: packing_buffer_size={packing_buffer_size} cannot be honoured: datareel does not pack from a "
+            f"buffer with select_samples_to_pack; it plans packs from sample lengths. Use "
+            f"datareel.Loader(..., packing=datareel.Packing(max_length=..., length=...)) with your "
+            f"pack_selected_samples (docs/migrating-from-energon.md)"
+        )
+
+
+def get_train_dataset(
+    path: Any,
+    *,
+    split_part: str = "train",
+    worker_config: WorkerConfig,
+    batch_size: int | None,
+    batch_drop_last: bool = False,
+    packing_buffer_size: int | None = None,
+    shuffle_buffer_size: int | None = None,
+    max_samples_per_sequence: int | None = None,
+    virtual_epoch_length: int = 0,
+    shuffle_over_epochs_multiplier: int | None = 1,
+    task_encoder: Any = None,
+    repeat: bool = True,
+    global_batch_size: int | None = None,
+    **kwargs: Any,
+) -> DatasetSpec:
+    """Energon's ``get_train_dataset``; ``batch_size`` is the per-rank micro-batch.
+
+    New: ``global_batch_size`` (default ``batch_size × world_size``, i.e. no
+    gradient accumulation).  With it, a checkpoint restores on any world size
+    that divides it; without it, restoring on another world size is refused.
+    """
+    buffers = {"shuffle_buffer_size": shuffle_buffer_size, "max_samples_per_sequence": max_samples_per_sequence}
+    open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
+    _check_encoder(task_encoder, packing_buffer_size, "get_train_dataset")
+    if shuffle_over_epochs_multiplier not in (1, None):
+        raise OptionError(
+            f"get_train_dataset: shuffle_over_epochs_multiplier={shuffle_over_epochs_multiplier} cannot be honoured; "
+            f"datareel shuffles each epoch with its own permutation (1) or not at all (None)"
+        )
+    if batch_drop_last and not repeat:
+        raise OptionError(
+            "get_train_dataset: batch_drop_last=True with repeat=False is not supported; datareel "
+            "splits the last, partial global batch (docs/guarantees.md)"
+        )
+    return DatasetSpec(
+        path,
+        split_part,
+        worker_config,
+        batch_size,
+        global_batch_size,
+        task_encoder,
+        repeat,
+        shuffle=shuffle_over_epochs_multiplier is not None,
+        virtual_epoch_length=virtual_epoch_length,
+        open_kwargs=open_kwargs,
+    )
+
+
+def get_val_dataset(
+    path: Any,
+    *,
+    split_part: str = "val",
+    worker_config: WorkerConfig,
+    batch_size: int,
+    batch_drop_last: bool = False,
+    packing_buffer_size: int | None = None,
+    limit: int | None = None,
+    task_encoder: Any = None,
+    **kwargs: Any,
+) -> DatasetSpec:
+    """Energon's ``get_val_dataset``: one pass, in order, every sample once over all ranks."""
+    open_kwargs = _check_common(dict(kwargs), "get_val_dataset")
+    _check_encoder(task_encoder, packing_buffer_size, "get_val_dataset")
+    if batch_drop_last:
+        raise OptionError(
+            "get_val_dataset: batch_drop_last=True is not supported; datareel splits the last, "
+            "partial global batch over the ranks (docs/guarantees.md)"
+        )
+    return DatasetSpec(
+        path,
+        split_part,
+        worker_config,
+        batch_size,
+        None,
+        task_encoder,
+        repeat=False,
+        shuffle=False,
+        limit=limit,
+        open_kwargs=open_kwargs,
+    )
+
+
+def get_savable_loader(
+    dataset: DatasetSpec, *, worker_config: WorkerConfig | None = None, prefetch_factor: int = 2, **kwargs: Any
+) -> EnergonLoader:
+    """Energon's ``get_savable_loader``: the loader, with Energon's save/restore methods."""
+    for name in list(kwargs):
+        if name in _LOADER_ARGS:
+            kwargs.pop(name)
+            _explain_once(
+                name,
+                f"{name} is accepted and not needed: a datareel state is a cursor, computed "
+                f"on demand, never a replay of checkpoints kept in workers",
+            )
+    if kwargs:
+        raise OptionError(f"get_savable_loader: datareel.energon cannot honour {sorted(kwargs)}")
+    if not isinstance(dataset, DatasetSpec):
+        raise OptionError(
+            f"get_savable_loader takes what datareel.energon.get_train_dataset / get_val_dataset return, got "
+            f"{type(dataset).__name__} (a dataset built by megatron.energon cannot be loaded here)"
+        )
+    return EnergonLoader(dataset, worker_config or dataset.worker_config, prefetch_factor)
+
+
+def get_loader(
+    dataset: DatasetSpec, *, worker_config: WorkerConfig | None = None, prefetch_factor: int = 2, **kwargs: Any
+) -> EnergonLoader:
+    """Energon's ``get_loader`` (datareel's loaders can always save)."""
+    return get_savable_loader(dataset, worker_config=worker_config, prefetch_factor=prefetch_factor, **kwargs)
