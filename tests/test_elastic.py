@@ -136,3 +136,34 @@ def test_elastic_restore_on_a_webdataset_source_with_2_workers(W, W2, m, m2, fac
         task_encoder=KeyNoise(),
     )
     assert report["restored"] >= 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 60),
+    W=st.integers(1, 4),
+    W2=st.integers(1, 4),
+    m=st.integers(1, 3),
+    m2=st.integers(1, 3),
+    factor=st.integers(1, 2),
+    seed=st.integers(0, 2**32),
+)
+def test_a_finite_pass_restores_everywhere_up_to_and_including_its_end(n, W, W2, m, m2, factor, seed):
+    """repeat=False: every state of the pass, the one saved after its last (partial) step included,
+    restores on another topology; the end of a pass is never refused and yields nothing more."""
+    G = math.lcm(m * W, m2 * W2) * factor
+    data = datareel.from_sequence([{"id": i} for i in range(n)], name="finite")
+    report = check_restore_everywhere(
+        data,
+        global_batch_size=G,
+        before=Topology(W, 0, m),
+        after=Topology(W2, 0, m2),
+        global_batches=-(-n // G) + 1,
+        seed=seed,
+        repeat=False,
+        task_encoder=NoisyEncoder(),
+    )
+    assert report["end"] == n and report["restored"] >= 1
+    ended = datareel.Loader(data, global_batch_size=G, micro_batch_size=m2, world_size=W2, rank=0, repeat=False)
+    ended.load_state_dict({**ended.state_dict(), "cursor": n})
+    assert list(ended) == [] and len(ended) == 0 and ended.cursor == n

@@ -136,6 +136,7 @@ def check_restore_everywhere(
         except TopologyError:
             S = after.micro_batch_size * after.world_size
             expect((cursor % G) % S != 0, f"a state at cursor {cursor} was refused although {S} divides it")
+            expect(cursor != end or end == stop, f"the state at the end of the pass ({cursor}) was refused")
             refused += 1
             continue
         for loader in second:
