@@ -130,3 +130,53 @@ def test_a_sample_planted_to_fail_decoding(tmp_path):
 def test_on_error_value_is_checked():
     with pytest.raises(ValueError, match="on_error='skip'"):
         datareel.Loader(flaky(), global_batch_size=1, micro_batch_size=1, on_error="skip")
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_failed_micro_batch_that_the_caller_skips_counts_as_consumed(workers):
+    class FailsOnTwo:
+        def encode_sample(self, sample):
+            if sample["id"] == 2:
+                raise ValueError("bad sample")
+            return sample
+
+    data = datareel.from_sequence([{"id": i} for i in range(6)], name="ids")
+    loader = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        shuffle=False,
+        num_workers=workers,
+        task_encoder=FailsOnTwo(),
+        repeat=False,
+    )
+    it, seen, cursors = iter(loader), [], []
+    while True:
+        try:
+            batch = next(it)
+        except datareel.BatchError as exc:
+            assert "'ids'" in str(exc) and "reel position 2" in str(exc)
+            seen.append("error")
+        except StopIteration:
+            break
+        else:
+            seen.append(int(batch["id"][0]))
+        cursors.append(loader.cursor)
+    assert seen == [0, 1, "error", 3, 4, 5]
+    assert cursors == [1, 2, 3, 4, 5, 6]  # the state never lags: a checkpoint would not replay the failed step
+
+
+def test_a_failing_batch_hook_is_a_batch_error_naming_the_step():
+    class BadBatch:
+        def batch(self, samples):
+            raise KeyError("no such column")
+
+    loader = datareel.Loader(
+        datareel.from_sequence([{"id": 1}] * 4, name="ids"),
+        global_batch_size=2,
+        micro_batch_size=2,
+        task_encoder=BadBatch(),
+    )
+    with pytest.raises(datareel.BatchError, match=r"micro-step 0 \(reel positions 0\.\.1\) failed: KeyError"):
+        next(iter(loader))
+    assert loader.cursor == 2

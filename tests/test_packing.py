@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import datareel
@@ -500,3 +500,123 @@ def test_an_endless_packed_reel_that_can_never_yield_a_pack_raises_instead_of_ha
         packing=Packing(max_length=10, length=length, window=2, over_length="drop"),
     )
     assert list(finite) == [] and finite.dropped == 3 and len(finite) == 0
+
+
+# -- review findings: a finished packed pass, numpy options, the length digest, rare fitting samples ----------
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.sampled_from([3, 5, 8, 50, 50]), min_size=1, max_size=40),
+    window=st.integers(1, 8),
+    W=st.integers(1, 3),
+    W2=st.integers(1, 3),
+    m=st.integers(1, 2),
+    m2=st.integers(1, 2),
+    shuffle=st.booleans(),
+)
+@example(lengths=[5, 5, 5, 5, 5, 5, 50, 50, 50, 50, 50, 50], window=4, W=1, W2=1, m=1, m2=2, shuffle=False)
+def test_a_finite_packed_pass_restores_everywhere_up_to_its_end(lengths, window, W, W2, m, m2, shuffle):
+    """Also when its last windows hold no pack (every sample dropped): the state after the last batch
+    is the end of the pass and restores on any topology."""
+    data, length = lengths_dataset(lengths)
+    G = math.lcm(m * W, m2 * W2)
+    report = check_restore_everywhere(
+        data,
+        global_batch_size=G,
+        before=Topology(W, 0, m),
+        after=Topology(W2, 0, m2),
+        global_batches=len(lengths) + 1,
+        repeat=False,
+        shuffle=shuffle,
+        task_encoder=StrictPacker(),
+        packing=Packing(max_length=10, length=length, window=window, over_length="drop"),
+    )
+    assert report["steps"] >= 0
+
+
+def test_the_state_after_the_last_batch_of_a_packed_pass_is_its_end():
+    lengths = np.array([5, 5, 5, 5, 5, 5, 50, 50, 50, 50, 50, 50])  # windows of 4: window 2 drops all
+    data = datareel.from_sequence([{"id": i, "len": int(n)} for i, n in enumerate(lengths)], name="docs")
+    loader = datareel.Loader(
+        data,
+        global_batch_size=1,
+        micro_batch_size=1,
+        repeat=False,
+        shuffle=False,
+        task_encoder=Packer(),
+        packing=Packing(max_length=10, length=lambda s, i: lengths[i], window=4, over_length="drop"),
+    )
+    it = iter(loader)
+    batches = [next(it) for _ in range(3)]
+    assert [b["ids"] for b in batches] == [[[0, 1]], [[2, 3]], [[4, 5]]]
+    assert loader.state_dict()["pack"] == [3, 0]  # the end, before StopIteration is even seen
+    assert next(it, None) is None and loader.state_dict()["pack"] == [3, 0]
+
+
+def test_numpy_integers_in_options_give_a_json_state():
+    data, length = lengths_dataset([3, 4, 5, 6])
+    loader = datareel.Loader(
+        data,
+        global_batch_size=np.int64(2),
+        micro_batch_size=np.int32(1),
+        seed=np.int64(3),
+        task_encoder=Packer(),
+        packing=Packing(max_length=np.int64(8), length=length, window=np.int64(2)),
+    )
+    next(iter(loader))
+    json.dumps(loader.state_dict())  # raises on a numpy integer
+    assert type(loader.packing.max_length) is int and type(loader.layout.global_batch_size) is int
+
+
+def test_a_changed_length_function_behind_the_same_name_is_refused():
+    data = datareel.from_sequence([{"id": i, "len": 3} for i in range(40)], name="docs")
+
+    def make(scale):
+        def tokens(source, indices):
+            return np.full(len(indices), 3 * scale, dtype=np.int64)
+
+        return datareel.Loader(
+            data,
+            global_batch_size=2,
+            micro_batch_size=2,
+            task_encoder=Packer(),
+            packing=Packing(max_length=16, length=tokens, window=8),
+        )
+
+    loader = make(1)
+    next(iter(loader))
+    state = loader.state_dict()
+    assert state["spec"]["packing"]["length"]["function"].endswith("tokens")
+    make(1).load_state_dict(state)  # the same lengths: fine
+    with pytest.raises(StateMismatchError, match="packing") as err:
+        make(2).load_state_dict(state)  # same qualified name, other lengths (a changed tokenizer)
+    assert set(err.value.differences) == {"packing"}
+
+
+def test_a_repeat_false_packed_state_digest_does_not_depend_on_repeat():
+    data, length = lengths_dataset([3, 4, 5])  # smaller than one window
+    packing = Packing(max_length=8, length=length, window=16)
+    finite = datareel.Loader(
+        data, global_batch_size=1, micro_batch_size=1, repeat=False, task_encoder=Packer(), packing=packing
+    )
+    endless = datareel.Loader(data, global_batch_size=1, micro_batch_size=1, task_encoder=Packer(), packing=packing)
+    assert finite.state_dict()["spec"] == endless.state_dict()["spec"]
+
+
+def test_rare_samples_that_fit_are_waited_for_not_refused():
+    bad = datareel.from_sequence([{"id": i, "len": 99} for i in range(20)], name="bad")
+    good = datareel.from_sequence([{"id": 1000, "len": 2}], name="good")
+    table = {"bad": 99, "good": 2}
+
+    def length(source, indices):
+        return np.full(len(indices), table[source.name], dtype=np.int64)
+
+    loader = datareel.Loader(
+        datareel.mix([(bad, 1), (good, 0.0005)]),
+        global_batch_size=1,
+        micro_batch_size=1,
+        task_encoder=Packer(),
+        packing=Packing(max_length=10, length=length, window=50, over_length="drop"),
+    )
+    assert next(iter(loader))["ids"] == [[1000]]

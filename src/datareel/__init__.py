@@ -13,7 +13,7 @@ The public API::
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.sample_torch_generator()       # the same, as a torch.Generator
     datareel.TaskEncoder                    # the task-encoder protocol
-    datareel.DatareelError (root), OptionError, DatasetError, TopologyError, StateMismatchError
+    datareel.DatareelError (root), OptionError, DatasetError, TopologyError, StateMismatchError, BatchError
 
 The layers (a module imports only from the ones listed above it)::
 
@@ -31,7 +31,15 @@ The layers (a module imports only from the ones listed above it)::
 """
 
 from .blend import Blend, concat, mix, mix_epochized, open_dataset
-from .errors import DatareelError, DatasetError, OptionError, SampleContextError, StateMismatchError, TopologyError
+from .errors import (
+    BatchError,
+    DatareelError,
+    DatasetError,
+    OptionError,
+    SampleContextError,
+    StateMismatchError,
+    TopologyError,
+)
 from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
 from .loader import Loader
 from .reel import Packing
@@ -41,6 +49,7 @@ from .sources.filters import SampleMeta, filter
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchError",
     "Blend",
     "DatareelError",
     "DatasetError",

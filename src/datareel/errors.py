@@ -9,6 +9,7 @@ working:
 - :class:`TopologyError` — batch sizes, world size or a cursor that cannot be laid out;
 - :class:`StateMismatchError` — a saved state from another spec;
 - :class:`DatasetError` — a problem with data on disk (missing shard, stale index, bad tar);
+- :class:`BatchError` — making one micro-batch failed (in a worker);
 - :class:`SampleContextError` — a per-sample helper called outside a sample.
 
 Messages give the value, the rule it breaks, and the fix.
@@ -50,6 +51,15 @@ class StateMismatchError(DatareelError, ValueError):
     def __init__(self, message: str, differences: dict[str, tuple[object, object]]):
         super().__init__(message)
         self.differences = differences
+
+
+class BatchError(DatareelError):
+    """Making one micro-batch failed: a sample's read, decode or ``encode_sample`` (under
+    ``on_error="raise"``), or ``pack_selected_samples``, ``batch`` or ``encode_batch``.
+
+    The micro-batch counts as consumed when this error reaches the training loop: a loop that
+    catches it and goes on has skipped it, and the loader's cursor says so.
+    """
 
 
 class SampleContextError(DatareelError, RuntimeError):

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from . import dist
 from .blend.build import build_plan
 from .blend.tree import Blend
-from .errors import DatareelError, check_int
+from .errors import BatchError, DatareelError, check_int
 from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
 from .execute.workers import WorkerOptions
@@ -230,6 +230,11 @@ class _LoaderIterator:
         except StopIteration:
             if self.queue.end is not None:  # a finite pass ended: every rank ends at the same cursor
                 loader._cursor = self.queue.end
+            raise
+        except (
+            BatchError
+        ):  # this micro-batch failed in the making: it counts as consumed (a caller that goes on skips it)
+            loader._cursor = self.queue.take()
             raise
         if isinstance(batch, dict) and isinstance(batch.get("__positions__"), np.ndarray):
             batch["__positions__"] = positions_tensor(batch["__positions__"])

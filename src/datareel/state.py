@@ -12,7 +12,7 @@ Format, version 1 (JSON-serialisable, the same on every rank, a few hundred byte
                     "digest": str,         # 16 hex digits over the whole dataset tree's description
                     "sources": [[name, weight or repetitions, 6-hex digest], ...]},  # blends only, if short
         "packing": {"max_length": int, "window": int, "over_length": str,            # with packing only
-                    "length": "index" | "bytes" | {"function": "module.qualname", "lengths": 16-hex digest}}},
+                    "length": "index" | "bytes" | {"function": qualname, "module": str, "lengths": 16-hex digest}}},
      "pack": [window, offset]}             # with packing only: the input window of the next pack, and its number
 
 The spec records everything that, if changed, would make the cursor point into
@@ -110,15 +110,16 @@ def _upgrade(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     """Read specs written by older releases of format version 1.
 
     datareel 0.1.0 named a packing length function by its bare ``__qualname__``; today it is
-    ``{"function": "module.qualname", "lengths": digest}``.  Such a state restores when the
-    qualified names agree, with a warning that its lengths could not be verified.
+    ``{"function": qualname, "module": module, "lengths": digest}``.  Such a state restores when
+    the qualified names are equal (as 0.1.0 required) and every other packing option is too, with
+    a warning that its lengths could not be verified.
     """
     old, new = saved.get("packing"), current.get("packing")
     if not (isinstance(old, dict) and isinstance(new, dict)):
         return saved
     length, now = old.get("length"), new.get("length")
     if isinstance(length, str) and length not in ("index", "bytes") and isinstance(now, dict):
-        if str(now.get("function", "")).endswith(f".{length}") and {**old, "length": now} == new:
+        if now.get("function") == length and {**old, "length": now} == new:
             log.warning(
                 "this checkpoint predates length-function digests: packing length %r is accepted by "
                 "name, but datareel cannot verify that the function still returns the same lengths",

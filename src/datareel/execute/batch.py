@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import DatareelError, check_choice
+from ..errors import BatchError, check_choice
 from ..plan.rng import DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
@@ -88,7 +88,7 @@ class BatchMaker(Dataset):
         except Exception as exc:
             where = self._where(position, source_id, index)
             if self.options.on_error == "raise":
-                raise DatareelError(f"{where} failed: {exc}") from exc
+                raise BatchError(f"{where} failed: {exc}") from exc
             n = len(self.sources[source_id])
             rng = np.random.Generator(
                 np.random.PCG64(np.random.SeedSequence([DOMAIN_SUBSTITUTE, self.options.seed, position]))
@@ -101,7 +101,7 @@ class BatchMaker(Dataset):
                     continue
                 log.warning("%s failed (%r); substituted sample index %d of the same source", where, exc, candidate)
                 return sample
-            raise DatareelError(
+            raise BatchError(
                 f"{where} failed: {exc}; and no substitute among {SUBSTITUTE_ATTEMPTS} candidates "
                 f"of the same source worked"
             ) from exc
@@ -116,6 +116,17 @@ class BatchMaker(Dataset):
 
     # -- one micro-batch --------------------------------------------------------------------------
     def __getitem__(self, desc: Descriptor) -> Any:
+        try:
+            return self._make(desc)
+        except BatchError:
+            raise
+        except Exception as exc:  # batch / encode_batch / pack_selected_samples / collation: name the step
+            first, last = int(desc.positions[0]), int(desc.positions[-1])
+            raise BatchError(
+                f"micro-step {desc.step} (reel positions {first}..{last}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _make(self, desc: Descriptor) -> Any:
         samples = [
             self.sample(p, s, i)
             for p, s, i in zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist())

@@ -35,8 +35,8 @@ class Layout:
     world_size: int
 
     def __post_init__(self) -> None:
-        for name in ("global_batch_size", "micro_batch_size", "world_size"):
-            check_int(getattr(self, name), name, minimum=1, error=TopologyError)
+        for name in ("global_batch_size", "micro_batch_size", "world_size"):  # stored as int (JSON states)
+            object.__setattr__(self, name, check_int(getattr(self, name), name, minimum=1, error=TopologyError))
         G, m, W = self.global_batch_size, self.micro_batch_size, self.world_size
         if G % (m * W):
             raise TopologyError(

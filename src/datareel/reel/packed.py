@@ -58,9 +58,10 @@ class PackedReel:
     def __init__(self, plan: ReelPlan, sources: list[Source], packing: Packing, pass_length: int | None):
         self.plan, self.sources, self.packing, self.pass_length = plan, sources, packing, pass_length
         self._cache: OrderedDict[int, list[Pack]] = OrderedDict()
-        self._dropped: dict[int, int] = {}  # window -> samples it dropped, counted once per window
+        self._dropped: dict[int, int] = {}  # window -> samples it dropped (windows with drops only), counted once
         self._packs_in_pass: int | None = None
         self._digest: str | None = None
+        self._fits: bool | None = None  # whether any sample fits max_length (asked only if packs stop coming)
 
     # -- the Reel protocol ------------------------------------------------------------------------
     def start(self) -> Cursor:
@@ -93,7 +94,7 @@ class PackedReel:
             if (w, o) != (last, 0):
                 raise DatareelError(
                     f"state pack={[w, o]} lies beyond this repeat=False pass ({last} windows of "
-                    f"{self.packing.window}); restore it into a loader with repeat=True"
+                    f"{self.packing.window}); it was saved by a loader with repeat=True: restore it into one"
                 )
             return  # the end of a pass resumes on any layout
         layout.check_cursor(cursor.position)
@@ -110,16 +111,18 @@ class PackedReel:
         last = self.windows()
         if last is not None and start.pack[0] >= last:
             return  # already at the end of the pass
-        S = layout.step_size
+        S, end = layout.step_size, (last or 0, 0)
         packs = self._packs_from(*start.pack)
+        ahead = list(itertools.islice(packs, 1))  # one pack of look-ahead: is there a next step at all?
+        if not ahead:  # only empty windows were left: this is the end of the pass
+            yield Step(None, Cursor(start.position, end))
+            return
         for step in itertools.count(start.position // S):
-            group = list(itertools.islice(packs, S))  # this micro-step's packs, all ranks
+            group = ahead + list(itertools.islice(packs, S - 1))  # this micro-step's packs, all ranks
+            ahead = list(itertools.islice(packs, 1))
             base = step * S
-            if not group:  # the pass ended on a step boundary: report its end
-                yield Step(None, Cursor(base, (self.windows() or 0, 0)))
-                return
-            ends = len(group) < S  # the packed reel ends inside this step
-            after = Cursor(base + len(group), (self.windows() or 0, 0) if ends else group[-1][1])
+            ends = not ahead  # a finite pass ends with this step (also when trailing windows hold no pack)
+            after = Cursor(base + len(group), end if ends else group[-1][1])
             a, b = layout.rank_span(step, rank, base + len(group) if ends else None)
             mine = [pack for pack, _ in group[a - base : b - base]]
             yield Step(_descriptor(step, mine, a, b) if mine else None, after)
@@ -133,10 +136,11 @@ class PackedReel:
             return None
         return -(-self.pass_length // self.packing.window)
 
-    def _inputs(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Window ``w``'s input positions, leaves, indices and lengths: int64[k], int32[k], int64[k], int64[k]."""
+    def _inputs(self, w: int, *, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Window ``w``'s input positions, leaves, indices and lengths: int64[k], int32[k], int64[k], int64[k]
+        (cut at the end of a finite pass unless ``whole``)."""
         size = self.packing.window
-        stop = (w + 1) * size if self.pass_length is None else min((w + 1) * size, self.pass_length)
+        stop = (w + 1) * size if self.pass_length is None or whole else min((w + 1) * size, self.pass_length)
         positions = np.arange(w * size, stop, dtype=np.int64)
         leaf, index = self.plan.resolve(positions)
         lengths = np.empty(len(positions), dtype=np.int64)
@@ -167,7 +171,8 @@ class PackedReel:
                 self.packing.max_length,
                 ", ".join(f"{self.sources[leaf[d]].name}[{int(index[d])}]@{int(positions[d])}" for d in dropped[:10]),
             )
-        self._dropped[w] = int(dropped.size)
+        if dropped.size:
+            self._dropped[w] = int(dropped.size)
         truncate = (lengths > self.packing.max_length) & (self.packing.over_length == "truncate")
         out = [Pack(positions[p], leaf[p], index[p], truncate[p]) for p in plans]
         self._cache[w] = out
@@ -182,12 +187,12 @@ class PackedReel:
         while last is None or w < last:
             packs = self.window(w)
             empty = 0 if packs else empty + 1
-            if last is None and empty * self.packing.window > self._empty_limit():
+            if last is None and empty * self.packing.window > self._empty_limit() and not self._some_sample_fits():
                 raise DatareelError(
-                    f"packing dropped every sample of {empty} consecutive windows ({empty * self.packing.window} "
-                    f"input positions up to reel position {(w + 1) * self.packing.window}): no sample is "
-                    f"<= max_length={self.packing.max_length}, so this endless reel would never yield a pack; "
-                    f"raise max_length, or use over_length='own_pack' or 'truncate'"
+                    f"packing dropped every sample of {empty} consecutive windows (up to reel position "
+                    f"{(w + 1) * self.packing.window}), and no sample of any source is <= max_length="
+                    f"{self.packing.max_length}: this endless reel would never yield a pack; raise max_length, "
+                    f"or use over_length='own_pack' or 'truncate'"
                 )
             while o < len(packs):
                 o += 1
@@ -195,16 +200,31 @@ class PackedReel:
             w, o = w + 1, 0
 
     def _empty_limit(self) -> int:
-        """Input positions without a pack after which an endless reel gives up: two passes over every
-        source (each sample seen at least once), and never fewer than 65,536."""
-        return max(65_536, 2 * sum(len(source) for source in self.sources))
+        """Input positions without a pack after which an endless reel checks that any sample fits at all:
+        four passes of the reel (of every source, for a weighted mix), at most 65,536, at least a window."""
+        passes = self.plan.epoch_length or sum(len(source) for source in self.sources)
+        return max(self.packing.window, min(65_536, 4 * passes))
+
+    def _some_sample_fits(self) -> bool:
+        """Whether any sample of any source is <= max_length (computed once: every source's lengths)."""
+        if self._fits is None:
+            self._fits = any(
+                bool(
+                    (
+                        lengths_of(source, np.arange(len(source), dtype=np.int64), self.packing.length)
+                        <= self.packing.max_length
+                    ).any()
+                )
+                for source in self.sources
+            )
+        return self._fits
 
     def _length_digest(self) -> str | None:
         """A digest of a length function's output over the first window (``None`` for index / bytes)."""
         if not callable(self.packing.length):
             return None
         if self._digest is None:
-            lengths = self._inputs(0)[3]
+            lengths = self._inputs(0, whole=True)[3]  # the same with repeat=True and repeat=False
             self._digest = hashlib.blake2b(lengths.astype("<i8").tobytes(), digest_size=8).hexdigest()
         return self._digest
 

@@ -37,17 +37,18 @@ class Packing:
     over_length: str = "error"
 
     def __post_init__(self) -> None:
-        check_int(self.max_length, "max_length", minimum=1, where="Packing")
-        check_int(self.window, "window", minimum=1, where="Packing")
+        for name in ("max_length", "window"):  # stored as int: numpy integers would not go into a JSON state
+            object.__setattr__(self, name, check_int(getattr(self, name), name, minimum=1, where="Packing"))
         check_spec(self.length, "Packing")
         check_choice(self.over_length, "over_length", OVER_LENGTH, where="Packing")
 
     def fingerprint(self, lengths_digest: str | None = None) -> dict[str, Any]:
-        """What a restore must find unchanged.  A length function is named by module and qualified
-        name, with ``lengths_digest`` (a digest of its lengths over the first window): a changed
+        """What a restore must find unchanged.  A length function is named by qualified name and
+        module, with ``lengths_digest`` (a digest of its lengths over the first window): a changed
         tokenizer behind the same name is caught."""
         length: Any = self.length
         if callable(length):
             qualname = getattr(length, "__qualname__", type(length).__qualname__)
-            length = {"function": f"{getattr(length, '__module__', '?')}.{qualname}", "lengths": lengths_digest}
+            module = getattr(length, "__module__", None) or type(length).__module__
+            length = {"function": qualname, "module": module, "lengths": lengths_digest}
         return {"max_length": self.max_length, "window": self.window, "over_length": self.over_length, "length": length}
