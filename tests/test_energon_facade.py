@@ -308,3 +308,137 @@ def test_an_energon_script_runs_by_changing_only_its_import(texts, tmp_path):
     got += [k for batch in resumed for k in batch]
     reference = regroup(global_batches(texts, 1, 0, count=5, G=8, m=8), 8)
     assert chunks(got, 8) == reference
+
+
+# -- Megatron's per-rank state files, on a world that grew or shrank ---------------------------------
+
+
+def _per_rank_files(rank, world, root, out, phase, G, workers, corrupt):
+    config = den.WorkerConfig.default_worker_config(num_workers=workers)
+    loader = den.get_savable_loader(
+        den.get_train_dataset(
+            root,
+            worker_config=config,
+            batch_size=2,
+            shuffle_buffer_size=100,
+            max_samples_per_sequence=100,
+            task_encoder=Keys(),
+            global_batch_size=G,
+        )
+    )
+    out = Path(out)
+    mine = out / f"state-{rank}.pt"
+    if phase == "resume" and mine.exists():  # Megatron restores only where a file of this rank exists
+        state = torch.load(mine, weights_only=False)
+        if corrupt and rank == 1:
+            state = {**state, "cursor": state["cursor"] + G}
+        loader.restore_state_rank(state)
+    try:
+        it = iter(loader)
+        keys = [next(it) for _ in range(3 * G // (2 * world))]
+    except DatareelError as exc:
+        (out / f"error-{rank}.txt").write_text(str(exc))
+        return
+    if phase == "save":
+        torch.save(loader.save_state_rank(), mine)
+    (out / f"{phase}-{world}-{rank}.json").write_text(json.dumps(keys))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resume_world,workers", [(4, 0), (1, 2)])
+def test_per_rank_state_files_resume_when_the_world_grows_or_shrinks(texts, tmp_path, resume_world, workers):
+    G = 8
+    run_local(_per_rank_files, 2, str(texts), str(tmp_path), "save", G, 1, False, timeout=180)
+    run_local(_per_rank_files, resume_world, str(texts), str(tmp_path), "resume", G, workers, False, timeout=180)
+    assert not list(tmp_path.glob("error-*.txt"))
+    got = []
+    for phase, world in (("save", 2), ("resume", resume_world)):
+        steps = [json.loads((tmp_path / f"{phase}-{world}-{r}.json").read_text()) for r in range(world)]
+        got += [k for step in zip(*steps) for batch in step for k in batch]
+    reference = regroup(global_batches(texts, 1, 0, count=6, G=G, m=8), G)
+    assert chunks(got, G) == reference  # ranks 2 and 3 found no file and adopted the others' state
+
+
+@pytest.mark.slow
+def test_ranks_that_restored_different_states_are_named(texts, tmp_path):
+    run_local(_per_rank_files, 2, str(texts), str(tmp_path), "save", 8, 0, False, timeout=180)
+    run_local(_per_rank_files, 2, str(texts), str(tmp_path), "resume", 8, 0, True, timeout=180)
+    errors = [(tmp_path / f"error-{r}.txt").read_text() for r in range(2)]
+    assert all("ranks [1] differ from rank 0's" in e for e in errors), errors
+
+
+# -- val loaders: Megatron's LimitDataset(RepeatDataset(val)) under a cyclic iterator ------------------
+
+
+def _val(texts, **kwargs):
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    return den.get_val_dataset(
+        str(texts), split_part="train", worker_config=config, batch_size=7, task_encoder=Keys(), **kwargs
+    )
+
+
+def cyclic(loader):
+    while True:
+        yield from loader
+
+
+def test_a_limited_repeated_val_loader_yields_the_same_batches_every_pass(texts):
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    val = den.LimitDataset(
+        den.RepeatDataset(_val(texts), worker_config=config), length=20, worker_config=config, reset_after_epoch=True
+    )
+    loader = den.get_loader(val, worker_config=config)
+    passes = [list(loader) for _ in range(3)]
+    assert len(loader) == 20 and [len(p) for p in passes] == [20, 20, 20]  # 20 > 13 batches per pass: repeats
+    assert passes[0] == passes[1] == passes[2]
+    it = cyclic(loader)
+    assert [next(it) for _ in range(45)] == (passes[0] * 3)[:45]
+
+
+def test_a_limited_val_loader_without_reset_continues_and_a_plain_one_restarts_its_pass(texts):
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    going = den.get_loader(den.LimitDataset(den.RepeatDataset(_val(texts)), length=4), worker_config=config)
+    first, second = list(going), list(going)
+    assert len(first) == len(second) == 4 and first != second
+    plain = den.get_savable_loader(_val(texts))
+    one, two = list(plain), list(plain)
+    assert one == two and len(one) == 13 == len(plain)  # every `for` restarts the val pass
+
+
+def test_val_wrappers_refuse_what_they_cannot_honour(texts):
+    with pytest.raises(den.datasets.OptionError, match="repeat_count=2"):
+        den.RepeatDataset(_val(texts), repeat_count=2)
+    with pytest.raises(den.datasets.OptionError, match=r"LimitDataset\(length=0\)"):
+        den.LimitDataset(_val(texts), length=0)
+    with pytest.raises(den.datasets.OptionError, match="wraps what"):
+        den.LimitDataset([1, 2], length=3)
+
+
+def test_get_val_datasets_gives_one_loader_per_val_dataset(texts, tmp_path):
+    other = tmp_path / "other"
+    write_shard(other / "p.tar", [(f"o-{i:02d}", {"txt": f"other {i}".encode()}) for i in range(5)])
+    prepare_webdataset(other, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
+    yaml_path = tmp_path / "blend.yaml"
+    yaml_path.write_text(
+        json.dumps(
+            {
+                "__module__": "megatron.energon",
+                "__class__": "MetadatasetV2",
+                "splits": {
+                    "val": {
+                        "blend": [
+                            {"weight": 1, "path": str(texts), "split_part": "train"},
+                            {"weight": 1, "path": str(other), "split_part": "train"},
+                        ]
+                    }
+                },
+            }
+        )
+    )
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    pairs = den.get_val_datasets(str(yaml_path), worker_config=config, batch_size=4, task_encoder=Keys())
+    assert len(pairs) == 2
+    keys = [[k for b in den.get_loader(ds, worker_config=config) for k in b] for ds, _source in pairs]
+    assert len(keys[0]) == 90 and sorted(keys[1]) == [f"o-{i:02d}" for i in range(5)]
+    single = den.get_val_datasets(str(texts), split_part="train", worker_config=config, batch_size=4)
+    assert len(single) == 1 and single[0][1].name.endswith("train")

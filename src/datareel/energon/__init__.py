@@ -10,15 +10,27 @@ any world size and worker count.  See ``docs/migrating-from-energon.md``.
 """
 
 from ..execute.encoder import DefaultTaskEncoder
-from .datasets import WorkerConfig, get_loader, get_savable_loader, get_train_dataset, get_val_dataset
+from .datasets import (
+    LimitDataset,
+    RepeatDataset,
+    WorkerConfig,
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+    get_val_datasets,
+)
 from .loader import EnergonLoader
 
 __all__ = [
     "DefaultTaskEncoder",
     "EnergonLoader",
+    "LimitDataset",
+    "RepeatDataset",
     "WorkerConfig",
     "get_loader",
     "get_savable_loader",
     "get_train_dataset",
     "get_val_dataset",
+    "get_val_datasets",
 ]

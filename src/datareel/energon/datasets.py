@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch.distributed as torch_dist
 
-from ..errors import OptionError
+from ..blend.open import open_dataset
+from ..blend.tree import Concat
+from ..errors import OptionError, check_int
 from .loader import EnergonLoader
 
 log = logging.getLogger("datareel")
@@ -77,6 +79,7 @@ class DatasetSpec:
     virtual_epoch_length: int = 0
     limit: int | None = None
     open_kwargs: dict[str, Any] = field(default_factory=dict)
+    reset_after_epoch: bool = False  # LimitDataset(..., reset_after_epoch=True): every limited pass starts afresh
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
@@ -194,9 +197,20 @@ def get_val_dataset(
 
 
 def get_savable_loader(
-    dataset: DatasetSpec, *, worker_config: WorkerConfig | None = None, prefetch_factor: int = 2, **kwargs: Any
+    dataset: DatasetSpec,
+    *,
+    worker_config: WorkerConfig | None = None,
+    prefetch_factor: int = 2,
+    agree_restored_state: bool = True,
+    **kwargs: Any,
 ) -> EnergonLoader:
-    """Energon's ``get_savable_loader``: the loader, with Energon's save/restore methods."""
+    """Energon's ``get_savable_loader``: the loader, with Energon's save/restore methods.
+
+    ``agree_restored_state`` (datareel's): at the first iteration after a ``restore_state_rank``
+    (or none), every rank of the data-parallel group shares what it restored (one all-gather of
+    ~200 bytes), so ranks without a state file adopt the others' state when the world grew, and
+    ranks that restored different states raise.  Every rank must iterate the loader; pass
+    ``False`` to skip the collective."""
     for name in list(kwargs):
         if name in _LOADER_ARGS:
             kwargs.pop(name)
@@ -212,7 +226,7 @@ def get_savable_loader(
             f"get_savable_loader takes what datareel.energon.get_train_dataset / get_val_dataset return, got "
             f"{type(dataset).__name__} (a dataset built by megatron.energon cannot be loaded here)"
         )
-    return EnergonLoader(dataset, worker_config or dataset.worker_config, prefetch_factor)
+    return EnergonLoader(dataset, worker_config or dataset.worker_config, prefetch_factor, agree_restored_state)
 
 
 def get_loader(
@@ -220,3 +234,46 @@ def get_loader(
 ) -> EnergonLoader:
     """Energon's ``get_loader`` (datareel's loaders can always save)."""
     return get_savable_loader(dataset, worker_config=worker_config, prefetch_factor=prefetch_factor, **kwargs)
+
+
+def get_val_datasets(path: Any, **kwargs: Any) -> list[tuple[DatasetSpec, Any]]:
+    """Energon's ``get_val_datasets``: one ``(dataset, source)`` per validation dataset.
+
+    A metadataset whose val split holds several datasets gives one pair per dataset (each read
+    in its own pass, as Energon does); a single dataset gives one pair.  ``kwargs`` are
+    :func:`get_val_dataset`'s.  ``source`` is the opened datareel source (it has ``.name``).
+    """
+    spec = get_val_dataset(path, **kwargs)
+    opened = open_dataset(path, split=spec.split_part, **spec.open_kwargs)
+    children = opened.children if isinstance(opened, Concat) else (opened,)
+    return [(replace(spec, path=child), child) for child in children]
+
+
+def RepeatDataset(dataset: DatasetSpec, *, repeat_count: int | None = None, worker_config: Any = None) -> DatasetSpec:
+    """Energon's ``RepeatDataset``: the dataset read endlessly (``repeat_count=None``), pass after pass."""
+    _check_spec(dataset, "RepeatDataset")
+    if repeat_count is not None:
+        raise OptionError(
+            f"RepeatDataset(repeat_count={repeat_count!r}): datareel repeats endlessly (repeat_count=None); "
+            f"bound the batches with LimitDataset(..., length=n) instead"
+        )
+    return replace(dataset, repeat=True)
+
+
+def LimitDataset(
+    dataset: DatasetSpec, length: int, *, reset_after_epoch: bool = False, worker_config: Any = None
+) -> DatasetSpec:
+    """Energon's ``LimitDataset``: each ``for`` over the loader yields at most ``length`` batches;
+    with ``reset_after_epoch=True`` every such pass starts again from the dataset's beginning (the
+    validation pattern: the same ``length`` batches each time), else it continues where the last stopped."""
+    _check_spec(dataset, "LimitDataset")
+    check_int(length, "length", minimum=1, where="LimitDataset")
+    return replace(dataset, limit=int(length), reset_after_epoch=bool(reset_after_epoch))
+
+
+def _check_spec(dataset: Any, where: str) -> None:
+    if not isinstance(dataset, DatasetSpec):
+        raise OptionError(
+            f"{where} wraps what datareel.energon.get_train_dataset / get_val_dataset(s) return, got "
+            f"{type(dataset).__name__}"
+        )

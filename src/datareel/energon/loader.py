@@ -1,17 +1,31 @@
-"""``EnergonLoader``: a datareel Loader with Energon's loader methods and iteration conventions."""
+"""``EnergonLoader``: a datareel Loader with Energon's loader methods and iteration conventions.
+
+Restored states are agreed across the data-parallel group at the first iteration after a
+restore (or construction): Megatron saves ``save_state_rank()`` into one file per rank and
+restores only where a file exists, so after the world grows the new ranks restored nothing.
+One all-gather of the (~200-byte) restored states lets them adopt the others' state; ranks
+that restored different states raise, naming the ranks.  ``get_savable_loader(...,
+agree_restored_state=False)`` turns the collective off.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as torch_dist
 
+from .. import dist
 from ..blend.open import open_dataset
+from ..blend.tree import Blend
 from ..errors import DatareelError, StateMismatchError, check_int
 from ..loader import Loader
+from ..sources.base import Source
 
 if TYPE_CHECKING:
     from .datasets import DatasetSpec, WorkerConfig
+
+log = logging.getLogger("datareel")
 
 
 class _Unbatched:
@@ -27,7 +41,9 @@ class _Unbatched:
 class EnergonLoader:
     """A datareel Loader with Energon's loader methods and iteration conventions."""
 
-    def __init__(self, spec: DatasetSpec, config: WorkerConfig, prefetch_factor: int):
+    def __init__(
+        self, spec: DatasetSpec, config: WorkerConfig, prefetch_factor: int, agree_restored_state: bool = True
+    ):
         if spec.batch_size is not None:
             check_int(spec.batch_size, "batch_size", minimum=1)
         micro = spec.batch_size or 1
@@ -36,7 +52,8 @@ class EnergonLoader:
         encoder = _Unbatched(spec.task_encoder) if spec.batch_size is None else spec.task_encoder
         if getattr(spec.task_encoder, "decoder", "absent") is None:
             spec.open_kwargs.setdefault("decode", False)
-        dataset = open_dataset(spec.path, split=spec.split_part, **spec.open_kwargs)
+        opened = isinstance(spec.path, (Source, Blend))  # get_val_datasets hands out opened sources
+        dataset = spec.path if opened else open_dataset(spec.path, split=spec.split_part, **spec.open_kwargs)
         self.spec, self.worker_config = spec, config
         self.loader = Loader(
             dataset,
@@ -54,29 +71,38 @@ class EnergonLoader:
             persistent_workers=bool(config.num_workers),
         )
         self._iterator: Any = None
-        self._epoch_left: int | None = None
+        self._start = self.loader.state_dict()  # where every new pass begins
+        self.agree_restored_state = bool(agree_restored_state)
+        self._restored: dict[str, Any] | None = None  # what restore_state_rank gave this rank, if anything
+        self._agreed = False  # the restored states were agreed across the group since the last restore
 
     # -- iteration: Energon's virtual epochs (virtual_epoch_length batches per for-loop) -------------
     def __iter__(self) -> Any:
         limit = self.spec.limit if self.spec.limit is not None else (self.spec.virtual_epoch_length or None)
         if self._iterator is None:
+            self._agree()
             self._iterator = iter(self.loader)
         count = 0
         while limit is None or count < limit:
             try:
                 batch = next(self._iterator)
-            except StopIteration:
+            except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
                 self._iterator = None
+                self.loader.load_state_dict(self._start)
                 return
             count += 1
             yield batch
         if self.spec.limit is not None:
             self._iterator = None
+            if self.spec.reset_after_epoch:  # LimitDataset(reset_after_epoch=True): the same batches each pass
+                self.loader.load_state_dict(self._start)
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (Energon's ``len``): the virtual epoch, or one pass."""
         if self.spec.virtual_epoch_length:
             return self.spec.virtual_epoch_length
+        if self.spec.repeat and self.spec.limit is not None:  # LimitDataset(RepeatDataset(...), length)
+            return self.spec.limit
         length = self.loader.length if self.loader.length is not None else self.loader.plan.epoch_length
         if length is None:
             raise TypeError("a weighted blend is endless: set virtual_epoch_length to give the loader a length")
@@ -88,7 +114,40 @@ class EnergonLoader:
         return self.loader.state_dict()
 
     def restore_state_rank(self, state: Any) -> None:
-        self._restore(lambda: self.loader.load_state_dict(_one_state(state)))
+        state = _one_state(state)
+        self._restore(lambda: self.loader.load_state_dict(state))
+        self._restored, self._agreed = state, False
+
+    def _agree(self) -> None:
+        """Collective, once after construction or a per-rank restore: ranks that restored nothing adopt
+        the state the others restored; ranks that restored different states raise."""
+        if self._agreed:
+            return
+        self._agreed = True
+        group, world = self.loader.group, self.loader.world_size
+        if not (self.agree_restored_state and dist.initialised() and world > 1):
+            return
+        if torch_dist.get_world_size(group) != world:  # ranks simulated in one process: nothing to agree with
+            return
+        restored = {r: s for r, s in enumerate(dist.gather_to_all(self._restored, group)) if s is not None}
+        if not restored:
+            return
+        first = min(restored)
+        odd = sorted(r for r, s in restored.items() if s != restored[first])
+        if odd:
+            raise DatareelError(
+                f"ranks restored different loader states: ranks {odd} differ from rank {first}'s (ranks that "
+                f"restored a state: {sorted(restored)}); every rank must restore the same checkpoint step, or "
+                f"none (a rank without a state file adopts the others')"
+            )
+        if self._restored is None:
+            log.info(
+                "rank %d restored no loader state; adopting the state restored by ranks %s",
+                self.loader.rank,
+                sorted(restored),
+            )
+            self._restore(lambda: self.loader.load_state_dict(restored[first]))
+            self._restored = restored[first]
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
         """Gathers (and checks) every rank's state; on ``global_dst_rank`` a list with one state per rank."""
@@ -104,6 +163,7 @@ class EnergonLoader:
         self._restore(
             lambda: self.loader.restore_state_global(None if state is None else _one_state(state), src_rank=src_rank)
         )
+        self._agreed = True  # a collective restore leaves every rank at the same state
 
     def _restore(self, restore: Any) -> None:
         self._iterator = None
