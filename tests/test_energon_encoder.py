@@ -102,7 +102,6 @@ def test_energon_encoder_elastic(captions):
     "override,match",
     [
         ({"cookers": [Cooker(stateless(lambda s: s))]}, "cookers"),
-        ({"select_samples_to_pack": lambda self, samples: [samples]}, "select_samples_to_pack"),
         ({"batch_group_criterion": lambda self, sample: ("a", 4)}, "batch_group_criterion"),
         ({"postencode_sample": lambda self, sample: sample}, "postencode_sample"),
     ],
@@ -131,3 +130,66 @@ def test_samples_support_attribute_access(captions):
     assert sample["caption"] == "x"
     with pytest.raises(AttributeError, match="no field 'nope'"):
         _ = sample.nope
+
+
+def test_select_samples_to_pack_is_harmless_without_packing_and_ambiguous_with_it(captions):
+    encoder = type("Packs", (CaptionEncoder,), {"select_samples_to_pack": lambda self, samples: [samples]})()
+    loader = datareel.Loader(
+        datareel.open_dataset(captions), global_batch_size=2, micro_batch_size=2, task_encoder=encoder
+    )
+    assert next(iter(loader)) is not None  # never called: packing is off
+    with pytest.raises(datareel.OptionError, match="select_samples_to_pack"):
+        datareel.Loader(
+            datareel.open_dataset(captions),
+            global_batch_size=2,
+            micro_batch_size=2,
+            task_encoder=encoder,
+            packing=datareel.Packing(max_length=10_000, length="bytes"),
+        )
+
+
+seen_errors: list = []
+
+
+def record_error(exc, key, sources=None):  # Energon's handler signature (module level: picklable)
+    seen_errors.append((type(exc).__name__, key))
+
+
+def test_energon_handler_and_image_decode_arguments_are_honoured(captions):
+    from PIL import Image
+
+    from datareel import energon as den
+
+    class FailsOne:
+        def encode_sample(self, sample):
+            if sample.__key__ == "s00003":
+                raise ValueError("broken image")
+            return {"key": sample.__key__, "is_pil": isinstance(sample.image, Image.Image)}
+
+        def batch(self, samples):
+            return samples
+
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    seen_errors.clear()
+    ds = den.get_val_dataset(
+        str(captions),
+        split_part="train",
+        worker_config=config,
+        batch_size=4,
+        task_encoder=FailsOne(),
+        handler=record_error,
+        image_decode="pil",
+    )
+    samples = [s for batch in den.get_loader(ds) for s in batch]
+    keys = [s["key"] for s in samples]
+    assert ("ValueError", "s00003") in seen_errors and "s00003" not in keys
+    assert len(keys) == len(datareel.open_dataset(captions)) and all(s["is_pil"] for s in samples)
+
+    def refuse(exc, key, sources=None):
+        raise RuntimeError(f"stop at {key}")
+
+    ds = den.get_val_dataset(
+        str(captions), split_part="train", worker_config=config, batch_size=4, task_encoder=FailsOne(), handler=refuse
+    )
+    with pytest.raises(datareel.BatchError, match="stop at s00003"):
+        list(den.get_loader(ds))

@@ -42,7 +42,9 @@ class Loader:
     sequence is wrapped with :func:`~datareel.from_sequence`); ``rank``/``world_size``
     default to ``data_parallel_group``'s (or the default process group's) when
     torch.distributed is initialised, else ``0``/``1``; ``repeat=False`` reads one
-    pass; ``packing`` plans packs from lengths (:class:`~datareel.Packing`);
+    pass; ``packing`` plans packs from lengths (:class:`~datareel.Packing`); ``on_error``
+    (``"raise"`` / ``"substitute"``) handles a failing sample, after ``error_handler(exception,
+    key)`` if given (it may raise to stop);
     ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
     ``multiprocessing_context`` and ``timeout`` go to the
     ``torch.utils.data.DataLoader`` and may change freely between save and restore.
@@ -77,6 +79,7 @@ class Loader:
         packing: Packing | None = None,
         reseed_global_rng: bool = False,
         on_error: str = "raise",
+        error_handler: Any = None,
     ):
         if not isinstance(dataset, (Source, Blend)):
             dataset = from_sequence(dataset)
@@ -98,7 +101,7 @@ class Loader:
         self.packing = packing
         self.reel = make_reel(self.plan, self.sources, packing, repeat=self.repeat, name=dataset.name)
         self._encoder = ResolvedEncoder(task_encoder, packing=packing)
-        self._exec = ExecOptions.of(self.seed, reseed_global_rng, on_error, packing)
+        self._exec = ExecOptions.of(self.seed, reseed_global_rng, on_error, packing, error_handler)
         self._cursor = self.reel.start()
         self.pending = CursorQueue()  # cursors of the batches the current iterator has not handed out yet
         self._generation = 0

@@ -91,13 +91,15 @@ def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{name} is accepted and not needed: datareel shuffles the whole reel with a "
                 f"keyed permutation (no buffers), so order and restore do not depend on it",
             )
-    open_kwargs = {k: kwargs.pop(k) for k in ("split_config", "dataset_config") if k in kwargs}
+    open_kwargs = {k: kwargs.pop(k) for k in ("split_config", "dataset_config", "image_decode") if k in kwargs}
+    if "handler" in kwargs:  # Energon's error handler: told of every failing sample (see EnergonLoader)
+        open_kwargs["handler"] = kwargs.pop("handler")
     if "subflavors" in kwargs:
         open_kwargs["subflavors"] = kwargs.pop("subflavors")
     if kwargs:
         raise OptionError(
             f"{where}: datareel.energon cannot honour {sorted(kwargs)} (for example sample_type overrides, "
-            f"auto_decode/image_decode, cache pools); drop them or use datareel's own API"
+            f"auto_decode/av_decode, cache pools); drop them or use datareel's own API"
         )
     return open_kwargs
 

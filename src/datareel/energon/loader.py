@@ -52,8 +52,10 @@ class EnergonLoader:
         encoder = _Unbatched(spec.task_encoder) if spec.batch_size is None else spec.task_encoder
         if getattr(spec.task_encoder, "decoder", "absent") is None:
             spec.open_kwargs.setdefault("decode", False)
+        open_kwargs = dict(spec.open_kwargs)
+        handler = open_kwargs.pop("handler", None)
         opened = isinstance(spec.path, (Source, Blend))  # get_val_datasets hands out opened sources
-        dataset = spec.path if opened else open_dataset(spec.path, split=spec.split_part, **spec.open_kwargs)
+        dataset = spec.path if opened else open_dataset(spec.path, split=spec.split_part, **open_kwargs)
         self.spec, self.worker_config = spec, config
         self.loader = Loader(
             dataset,
@@ -69,6 +71,9 @@ class EnergonLoader:
             data_parallel_group=config.data_parallel_group,
             prefetch_factor=prefetch_factor if config.num_workers else None,
             persistent_workers=bool(config.num_workers),
+            # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
+            on_error="substitute" if handler is not None else "raise",
+            error_handler=handler,
         )
         self._iterator: Any = None
         self._start = self.loader.state_dict()  # where every new pass begins

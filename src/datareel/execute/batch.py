@@ -19,14 +19,14 @@ from a generator keyed by ``(seed, position)`` — the same on every topology.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import BatchError, check_choice
+from ..errors import BatchError, OptionError, check_choice
 from ..plan.rng import DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
@@ -47,16 +47,20 @@ class ExecOptions:
     reseed_global: bool = False
     on_error: str = "raise"
     max_length: int | None = None
+    handler: Callable[[Exception, str], Any] | None = None
 
     @classmethod
-    def of(cls, seed: int, reseed_global: Any, on_error: Any, packing: Any) -> ExecOptions:
+    def of(cls, seed: int, reseed_global: Any, on_error: Any, packing: Any, handler: Any = None) -> ExecOptions:
         """Checked options from the loader's arguments (``packing``: a Packing or None)."""
         check_choice(on_error, "on_error", ON_ERROR)
+        if handler is not None and not callable(handler):
+            raise OptionError(f"error_handler={handler!r} must be a function (exception, sample key) -> None")
         return cls(
             seed=seed,
             reseed_global=bool(reseed_global),
             on_error=on_error,
             max_length=getattr(packing, "max_length", None),
+            handler=handler,
         )
 
 
@@ -87,6 +91,11 @@ class BatchMaker(Dataset):
             return self._attempt(position, source_id, index)
         except Exception as exc:
             where = self._where(position, source_id, index)
+            if self.options.handler is not None:  # Energon's handler: told first; if it raises, that is the error
+                try:
+                    self.options.handler(exc, self._key(source_id, index))
+                except Exception as raised:
+                    raise BatchError(f"{where} failed: {exc}; error_handler raised {raised!r}") from raised
             if self.options.on_error == "raise":
                 raise BatchError(f"{where} failed: {exc}") from exc
             n = len(self.sources[source_id])
@@ -106,13 +115,15 @@ class BatchMaker(Dataset):
                 f"of the same source worked"
             ) from exc
 
-    def _where(self, position: int, source_id: int, index: int) -> str:
-        source = self.sources[source_id]
+    def _key(self, source_id: int, index: int) -> str:
         try:
-            key = source.key(index)
+            return self.sources[source_id].key(index)
         except Exception:
-            key = "?"
-        return f"sample {key!r} (index {index}) of source {source.name!r} at reel position {position}"
+            return "?"
+
+    def _where(self, position: int, source_id: int, index: int) -> str:
+        key, name = self._key(source_id, index), self.sources[source_id].name
+        return f"sample {key!r} (index {index}) of source {name!r} at reel position {position}"
 
     # -- one micro-batch --------------------------------------------------------------------------
     def __getitem__(self, desc: Descriptor) -> Any:

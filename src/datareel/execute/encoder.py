@@ -121,7 +121,7 @@ class ResolvedEncoder:
         self.encoder = encoder
         self.reseeds: set[str] = set()
         if encoder is not None and _is_energon(encoder):
-            self._check_energon(encoder)
+            self._check_energon(encoder, packing)
         for name in HOOKS:
             method = getattr(encoder, name, None) if encoder is not None else None
             if method is not None and not callable(method):
@@ -147,12 +147,15 @@ class ResolvedEncoder:
             raise OptionError("Packing(over_length='truncate') needs task_encoder.truncate_sample(sample, max_length)")
 
     @staticmethod
-    def _check_energon(encoder: Any) -> None:
+    def _check_energon(encoder: Any, packing: Any) -> None:
         unsupported = []
         if getattr(encoder, "cookers", ()):
             unsupported.append("cookers (cook crude samples with encode_sample instead: datareel samples are dicts)")
+        # select_samples_to_pack is never called without packing (Energon too ignores it then); with
+        # datareel.Packing, packs are planned from lengths, and a second planner would be ambiguous
+        packing_refusals = (("select_samples_to_pack", "datareel.Packing plans packs from lengths"),) if packing else ()
         for name, why in (
-            ("select_samples_to_pack", "datareel plans packs from lengths (datareel.Packing)"),
+            *packing_refusals,
             ("batch_group_criterion", "batches are fixed by the global-batch layout"),
             ("preencode_sample", "use encode_sample"),
             ("postencode_sample", "use encode_sample"),
