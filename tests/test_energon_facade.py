@@ -219,9 +219,10 @@ def test_virtual_epochs_and_val_limit(texts):
 # -- Energon's three save/restore scenarios, in real processes ------------------------------------
 
 
-def _scenario(rank, world, root, out, scenario, phase, G):
-    config = den.WorkerConfig.default_worker_config(num_workers=1)
-    loader = den.get_savable_loader(
+def _rank_loader(root, G, workers):
+    """This process's facade loader, as a Megatron job builds it (rank and world from torch.distributed)."""
+    config = den.WorkerConfig.default_worker_config(num_workers=workers)
+    return den.get_savable_loader(
         den.get_train_dataset(
             root,
             worker_config=config,
@@ -232,6 +233,10 @@ def _scenario(rank, world, root, out, scenario, phase, G):
             global_batch_size=G,
         )
     )
+
+
+def _scenario(rank, world, root, out, scenario, phase, G):
+    loader = _rank_loader(root, G, workers=1)
     out = Path(out)
     if phase == "resume":
         if scenario == "rank":
@@ -314,18 +319,7 @@ def test_an_energon_script_runs_by_changing_only_its_import(texts, tmp_path):
 
 
 def _per_rank_files(rank, world, root, out, phase, G, workers, corrupt):
-    config = den.WorkerConfig.default_worker_config(num_workers=workers)
-    loader = den.get_savable_loader(
-        den.get_train_dataset(
-            root,
-            worker_config=config,
-            batch_size=2,
-            shuffle_buffer_size=100,
-            max_samples_per_sequence=100,
-            task_encoder=Keys(),
-            global_batch_size=G,
-        )
-    )
+    loader = _rank_loader(root, G, workers)
     out = Path(out)
     mine = out / f"state-{rank}.pt"
     if phase == "resume" and mine.exists():  # Megatron restores only where a file of this rank exists

@@ -84,6 +84,6 @@ def check_int(
 
 def check_choice(value: Any, name: str, choices: Collection[Any], *, where: str | None = None) -> Any:
     """``value`` if it is one of ``choices``; else :class:`OptionError` listing them."""
-    if isinstance(value, (list, dict, set)) or value not in choices:
+    if value not in choices:
         raise OptionError(f"{_label(name, value, where)} must be one of {list(choices)}")
     return value
