@@ -88,15 +88,11 @@ def test_buffer_arguments_are_explained_once_and_others_refused(texts, caplog):
                 parallel_shard_iters=2,
             )
     assert caplog.text.count("shuffle_buffer_size is accepted") == 1 and "parallel_shard_iters" in caplog.text
-    with pytest.raises(DatareelError, match="packing_buffer_size=16 cannot be honoured"):
-        den.get_train_dataset(
-            str(texts),
-            worker_config=config,
-            batch_size=2,
-            shuffle_buffer_size=None,
-            max_samples_per_sequence=None,
-            packing_buffer_size=16,
-        )
+    with pytest.raises(DatareelError, match=r"packing_buffer_size=0\) must be a positive integer"):
+        den.get_train_dataset(str(texts), worker_config=config, batch_size=2, packing_buffer_size=0)
+    online = den.get_train_dataset(str(texts), worker_config=config, batch_size=2, packing_buffer_size=16)
+    with pytest.raises(DatareelError, match="online packing .* needs the task encoder to define select_samples_to_pack"):
+        den.get_savable_loader(online)
     with pytest.raises(DatareelError, match="shuffle_over_epochs_multiplier=2 cannot be honoured"):
         den.get_train_dataset(
             str(texts),
@@ -213,7 +209,7 @@ def test_virtual_epochs_and_val_limit(texts):
         )
     )
     sample = next(iter(single))
-    assert isinstance(sample, dict) and sample.text.startswith("text")
+    assert isinstance(sample, den.TextSample) and sample.text.startswith("text")
 
 
 # -- Energon's three save/restore scenarios, in real processes ------------------------------------

@@ -17,6 +17,7 @@ import yaml
 import datareel
 from datareel import DatareelError
 from datareel.cli.prepare import prepare_webdataset
+from datareel.energon import CaptioningSample, VQASample
 from datareel.sources.tarparse import split_name
 from wds_helpers import build_shards, energon_prepare, energon_samples, sample_parts, write_shard
 
@@ -26,7 +27,7 @@ def ours(path, **kwargs) -> dict[str, dict]:
     out = {}
     for i in range(len(ds)):
         sample = ds.read(i)
-        out[sample["__key__"]] = sample
+        out[sample["__key__"] if isinstance(sample, dict) else sample.__key__] = sample
     assert len(out) == len(ds), "keys repeat within the split"
     return out
 
@@ -112,14 +113,18 @@ def test_typed_samples_and_split_ratio(tmp_path):
     assert report.splits == {"train": 6, "val": 3, "test": 3}
     train = datareel.open_dataset(tmp_path, split="train", image_decode="pil")
     sample = train.read(4)
-    assert set(sample) == {"__key__", "image", "caption"} and sample["caption"] == "sample number 4 ünïcode"
-    assert sample["image"].size == (5, 6)
+    assert isinstance(sample, CaptioningSample) and isinstance(sample, datareel.energon.Sample)
+    assert sample.caption == "sample number 4 ünïcode" and sample.image.size == (5, 6)
+    shard, local = sample.__restore_key__[1:]
+    assert sample.__restore_key__[0] == "Webdataset" and sample.__subflavors__ == {}
+    assert train.read(int(train.starts[train.shards.index(shard)]) + local).__key__ == sample.__key__
     theirs = energon_samples(tmp_path, split="val")
     mine = ours(tmp_path, split="val")
     assert sorted(theirs) == sorted(mine)
     for key, s in mine.items():
-        assert s["caption"] == theirs[key]["caption"]
-        assert torch.equal(s["image"], theirs[key]["image"])
+        assert isinstance(s, CaptioningSample)
+        assert s.caption == theirs[key]["caption"]
+        assert torch.equal(s.image, theirs[key]["image"])
 
 
 def test_field_map_nested_access_alternatives_and_subflavors(tmp_path):
@@ -135,8 +140,9 @@ def test_field_map_nested_access_alternatives_and_subflavors(tmp_path):
         )
     )
     sample = datareel.open_dataset(tmp_path, subflavors={"extra": 1}).read(1)
-    assert sample["context"] == "1" and sample["answers"].startswith("sample number 1")
-    assert sample["__subflavors__"] == {"source": "unit", "extra": 1}
+    assert isinstance(sample, VQASample)
+    assert sample.context == "1" and sample.answers.startswith("sample number 1")
+    assert sample.__subflavors__ == {"source": "unit", "extra": 1}
 
 
 def test_jsonl_index_matches_energon_and_reads(tmp_path):

@@ -10,6 +10,7 @@ The public API::
     datareel.filter(ds, predicate)          # static filter on metadata (key, length)
     datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
     datareel.Packing(max_length, ...)       # length-planned packing: Loader(packing=...)
+    datareel.WindowedStage(window, pack)    # generator encoders, online packing: Loader(stage=...)
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.sample_torch_generator()       # the same, as a torch.Generator
     datareel.TaskEncoder                    # the task-encoder protocol
@@ -25,7 +26,7 @@ The layers (a module imports only from the ones listed above it)::
     execute/    L4 worker side: descriptor -> batch; task-encoder protocol; per-sample randomness
     state.py    the state format and fingerprint checks;  dist.py  torch.distributed
     loader.py   L5 DataLoader glue; the cursor queue; state_dict / load_state_dict
-    energon.py  Energon's loader API over datareel
+    energon/    Energon's loader API, sample types and task-encoder toolkit over datareel
     cli/        datareel prepare, info, demo (and the length-index builder)
     testing/    shipped helpers: check_restore_everywhere, several ranks in one process, local gloo launcher
 """
@@ -42,7 +43,7 @@ from .errors import (
 )
 from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
 from .loader import Loader
-from .reel import Packing
+from .reel import Packing, WindowedStage
 from .sources import Source, from_sequence
 from .sources.filters import SampleMeta, filter
 
@@ -63,6 +64,7 @@ __all__ = [
     "StateMismatchError",
     "TaskEncoder",
     "TopologyError",
+    "WindowedStage",
     "concat",
     "filter",
     "from_sequence",

@@ -62,6 +62,17 @@ class BatchError(DatareelError):
     """
 
 
+class SkipSample(Exception):
+    """Raise in ``encode_sample`` / ``preencode_sample`` to leave the sample out (Energon's signal, not an
+    error).  Exact in the windowed stage (a generator encoder or ``packing_buffer_size``: the skip is
+    planned and counted in ``loader.dropped``); elsewhere the sample is substituted like a failing one."""
+
+
+def is_skip(exc: BaseException) -> bool:
+    """Whether ``exc`` is datareel's or Megatron-Energon's ``SkipSample``."""
+    return isinstance(exc, SkipSample) or type(exc).__name__ == "SkipSample"
+
+
 class SampleContextError(DatareelError, RuntimeError):
     """A per-sample helper (such as :func:`datareel.sample_rng`) was called
     outside the processing of a sample."""

@@ -17,12 +17,13 @@ from torch.utils.data import DataLoader
 from . import dist
 from .blend.build import build_plan
 from .blend.tree import Blend
-from .errors import BatchError, DatareelError, check_int
+from .errors import BatchError, DatareelError, OptionError, check_int
 from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
+from .execute.planner import EncoderPlanner
 from .execute.workers import WorkerOptions
 from .plan.layout import Layout
-from .reel import Cursor, CursorQueue, Packing, make_reel
+from .reel import Cursor, CursorQueue, Packing, WindowedStage, check_options, make_reel
 from .reel.sampler import DescriptorSampler
 from .sources.base import Source
 from .sources.sequence import from_sequence
@@ -42,7 +43,9 @@ class Loader:
     sequence is wrapped with :func:`~datareel.from_sequence`); ``rank``/``world_size``
     default to ``data_parallel_group``'s (or the default process group's) when
     torch.distributed is initialised, else ``0``/``1``; ``repeat=False`` reads one
-    pass; ``packing`` plans packs from lengths (:class:`~datareel.Packing`); ``on_error``
+    pass; ``packing`` plans packs from lengths (:class:`~datareel.Packing`); ``stage`` plans encoder
+    outputs or online packs per window (:class:`~datareel.WindowedStage`; the default for a generator
+    ``encode_sample``); ``on_error``
     (``"raise"`` / ``"substitute"``) handles a failing sample, after ``error_handler(exception,
     key)`` if given (it may raise to stop);
     ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
@@ -77,6 +80,7 @@ class Loader:
         timeout: float = 0.0,
         data_parallel_group: Any = None,
         packing: Packing | None = None,
+        stage: WindowedStage | None = None,
         reseed_global_rng: bool = False,
         on_error: str = "raise",
         error_handler: Any = None,
@@ -99,9 +103,28 @@ class Loader:
         )
         self.plan, self.sources = build_plan(dataset, seed=self.seed, shuffle=self.shuffle)
         self.packing = packing
-        self.reel = make_reel(self.plan, self.sources, packing, repeat=self.repeat, name=dataset.name)
-        self._encoder = ResolvedEncoder(task_encoder, packing=packing)
-        self._exec = ExecOptions.of(self.seed, reseed_global_rng, on_error, packing, error_handler)
+        check_options(packing, stage)
+        encoder = ResolvedEncoder(task_encoder, packing=packing, online=bool(getattr(stage, "pack", False)))
+        if stage is None and encoder.windowed:  # a generator encoder: its outputs are planned per window
+            if packing is not None:
+                raise OptionError(
+                    "a generator encode_sample runs in the windowed stage, and datareel.Packing plans packs from "
+                    "lengths before encoding: pack online instead (stage=WindowedStage(pack=True) with "
+                    "select_samples_to_pack), or make encode_sample return one sample"
+                )
+            stage = WindowedStage()
+        options = ExecOptions.of(self.seed, reseed_global_rng, on_error, packing, error_handler)
+        self._maker = BatchMaker(self.sources, encoder, options)
+        self.reel = make_reel(
+            self.plan,
+            self.sources,
+            packing,
+            repeat=self.repeat,
+            name=dataset.name,
+            stage=stage,
+            planner=EncoderPlanner(self._maker, stage.pack) if isinstance(stage, WindowedStage) else None,
+            multiprocessing_context=multiprocessing_context,
+        )
         self._cursor = self.reel.start()
         self.pending = CursorQueue()  # cursors of the batches the current iterator has not handed out yet
         self._generation = 0
@@ -159,14 +182,14 @@ class Loader:
 
     def _get_dataloader(self) -> DataLoader:
         if self._dataloader is None:
-            maker = BatchMaker(self.sources, self._encoder, self._exec)
-            self._dataloader = self.workers.dataloader(maker, DescriptorSampler(self), seed=self.seed)
+            self._dataloader = self.workers.dataloader(self._maker, DescriptorSampler(self), seed=self.seed)
         return self._dataloader
 
     def close(self) -> None:
-        """Stop worker processes (also done when the loader is garbage-collected)."""
+        """Stop worker processes and a planning process (also done when the loader is garbage-collected)."""
         self._generation += 1
         self._dataloader = None
+        getattr(self.reel, "close", lambda: None)()
 
     # -- state ---------------------------------------------------------------------------------------
     def _spec(self) -> dict[str, Any]:

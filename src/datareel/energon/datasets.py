@@ -80,6 +80,7 @@ class DatasetSpec:
     limit: int | None = None
     open_kwargs: dict[str, Any] = field(default_factory=dict)
     reset_after_epoch: bool = False  # LimitDataset(..., reset_after_epoch=True): every limited pass starts afresh
+    packing_buffer_size: int | None = None  # online packing: windows of this many input samples
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
@@ -104,14 +105,10 @@ def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
     return open_kwargs
 
 
-def _check_encoder(task_encoder: Any, packing_buffer_size: int | None, where: str) -> None:
-    if packing_buffer_size is not None:
-        raise OptionError(
-            f"{where}: packing_buffer_size={packing_buffer_size} cannot be honoured: datareel does not pack from a "
-            f"buffer with select_samples_to_pack; it plans packs from sample lengths. Use "
-            f"datareel.Loader(..., packing=datareel.Packing(max_length=..., length=...)) with your "
-            f"pack_selected_samples (docs/migrating-from-energon.md)"
-        )
+def _check_buffer(packing_buffer_size: int | None, where: str) -> int | None:
+    if packing_buffer_size is None:
+        return None
+    return check_int(packing_buffer_size, "packing_buffer_size", minimum=1, where=where)
 
 
 def get_train_dataset(
@@ -139,7 +136,7 @@ def get_train_dataset(
     """
     buffers = {"shuffle_buffer_size": shuffle_buffer_size, "max_samples_per_sequence": max_samples_per_sequence}
     open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
-    _check_encoder(task_encoder, packing_buffer_size, "get_train_dataset")
+    packing_buffer_size = _check_buffer(packing_buffer_size, "get_train_dataset")
     if shuffle_over_epochs_multiplier not in (1, None):
         raise OptionError(
             f"get_train_dataset: shuffle_over_epochs_multiplier={shuffle_over_epochs_multiplier} cannot be honoured; "
@@ -161,6 +158,7 @@ def get_train_dataset(
         shuffle=shuffle_over_epochs_multiplier is not None,
         virtual_epoch_length=virtual_epoch_length,
         open_kwargs=open_kwargs,
+        packing_buffer_size=packing_buffer_size,
     )
 
 
@@ -178,7 +176,7 @@ def get_val_dataset(
 ) -> DatasetSpec:
     """Energon's ``get_val_dataset``: one pass, in order, every sample once over all ranks."""
     open_kwargs = _check_common(dict(kwargs), "get_val_dataset")
-    _check_encoder(task_encoder, packing_buffer_size, "get_val_dataset")
+    packing_buffer_size = _check_buffer(packing_buffer_size, "get_val_dataset")
     if batch_drop_last:
         raise OptionError(
             "get_val_dataset: batch_drop_last=True is not supported; datareel splits the last, "
@@ -195,6 +193,7 @@ def get_val_dataset(
         shuffle=False,
         limit=limit,
         open_kwargs=open_kwargs,
+        packing_buffer_size=packing_buffer_size,
     )
 
 

@@ -20,6 +20,7 @@ from ..blend.open import open_dataset
 from ..blend.tree import Blend
 from ..errors import DatareelError, StateMismatchError, check_int
 from ..loader import Loader
+from ..reel import WindowedStage
 from ..sources.base import Source
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class EnergonLoader:
             # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
             on_error="substitute" if handler is not None else "raise",
             error_handler=handler,
+            stage=_stage(spec),
         )
         self._iterator: Any = None
         self._start = self.loader.state_dict()  # where every new pass begins
@@ -189,6 +191,14 @@ class EnergonLoader:
 
     def __getattr__(self, name: str) -> Any:  # cursor, accumulation_steps, close, ...
         return getattr(self.loader, name)
+
+
+def _stage(spec: DatasetSpec) -> WindowedStage | None:
+    """Online packing for ``packing_buffer_size`` (windows of that many inputs); a generator encoder
+    alone gets the default windowed stage from the Loader."""
+    if spec.packing_buffer_size is None:
+        return None
+    return WindowedStage(window=spec.packing_buffer_size, pack=True)
 
 
 def _one_state(state: Any) -> Any:

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import BatchError, OptionError, check_choice
-from ..plan.rng import DOMAIN_SUBSTITUTE
+from ..errors import BatchError, OptionError, check_choice, is_skip
+from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
 from .encoder import ResolvedEncoder
@@ -74,7 +74,8 @@ class BatchMaker(Dataset):
         self.options = options
 
     # -- one sample -------------------------------------------------------------------------------
-    def _attempt(self, position: int, source_id: int, index: int) -> Any:
+    def _read(self, source_id: int, index: int) -> Any:
+        """The raw sample with ``__source__`` (dict samples), cooked / adopted for the encoder."""
         raw = self.sources[source_id].read(index)
         if isinstance(raw, dict) and "__source__" not in raw:  # a copy: never change the user's objects
             raw = (
@@ -82,21 +83,41 @@ class BatchMaker(Dataset):
                 if isinstance(raw, Sample)
                 else {**raw, "__source__": self.names[source_id]}
             )
-        reseed = self.options.reseed_global or "encode_sample" in self.encoder.reseeds
+        return self.encoder.cook(raw)
+
+    def _attempt(self, position: int, source_id: int, index: int) -> Any:
+        raw = self._read(source_id, index)
+        reseed = self.options.reseed_global or bool({"encode_sample", "preencode_sample"} & self.encoder.reseeds)
         with sample_context(self.options.seed, position, reseed_global=reseed):
-            return self.encoder.encode_sample(raw)
+            return self.encoder.encode_one(raw)
+
+    def first_stage(self, position: int, source_id: int, index: int) -> list[Any]:
+        """The windowed stage's first half for one input: its outputs (raises what the sample raised)."""
+        raw = self._read(source_id, index)
+        reseed = self.options.reseed_global or bool({"encode_sample", "preencode_sample"} & self.encoder.reseeds)
+        with sample_context(self.options.seed, position, reseed_global=reseed):
+            return self.encoder.outputs(raw)
+
+    def post(self, position: int, output: int, sample: Any) -> Any:
+        """The windowed stage's second half (``postencode_sample``) for output ``output`` of ``position``."""
+        if self.encoder.post is None:
+            return sample
+        reseed = self.options.reseed_global or "postencode_sample" in self.encoder.reseeds
+        with sample_context(self.options.seed, (position << 32) | output, reseed_global=reseed, domain=DOMAIN_POST):
+            return self.encoder.post(sample)
 
     def sample(self, position: int, source_id: int, index: int) -> Any:
         try:
             return self._attempt(position, source_id, index)
         except Exception as exc:
             where = self._where(position, source_id, index)
-            if self.options.handler is not None:  # Energon's handler: told first; if it raises, that is the error
+            skip = is_skip(exc)  # outside the windowed stage a skip cannot shorten the reel: substitute
+            if self.options.handler is not None and not skip:  # Energon's handler: told first; may raise
                 try:
                     self.options.handler(exc, self._key(source_id, index))
                 except Exception as raised:
                     raise BatchError(f"{where} failed: {exc}; error_handler raised {raised!r}") from raised
-            if self.options.on_error == "raise":
+            if self.options.on_error == "raise" and not skip:
                 raise BatchError(f"{where} failed: {exc}") from exc
             n = len(self.sources[source_id])
             rng = np.random.Generator(
@@ -108,7 +129,13 @@ class BatchMaker(Dataset):
                     sample = self._attempt(position, source_id, candidate)
                 except Exception:
                     continue
-                log.warning("%s failed (%r); substituted sample index %d of the same source", where, exc, candidate)
+                log.warning(
+                    "%s %s (%r); substituted sample index %d of the same source",
+                    where,
+                    "was skipped" if skip else "failed",
+                    exc,
+                    candidate,
+                )
                 return sample
             raise BatchError(
                 f"{where} failed: {exc}; and no substitute among {SUBSTITUTE_ATTEMPTS} candidates "
@@ -138,10 +165,13 @@ class BatchMaker(Dataset):
             ) from exc
 
     def _make(self, desc: Descriptor) -> Any:
-        samples = [
-            self.sample(p, s, i)
-            for p, s, i in zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist())
-        ]
+        if desc.outputs is not None:
+            samples = self._stage_outputs(desc)
+        else:
+            samples = [
+                self.sample(p, s, i)
+                for p, s, i in zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist())
+            ]
         if desc.pack_sizes is not None:
             samples = self._pack(desc, samples)
         reseed = bool({"batch", "encode_batch"} & self.encoder.reseeds)
@@ -153,7 +183,8 @@ class BatchMaker(Dataset):
                 batch.setdefault("__source__", [self.names[i] for i in desc.source_ids.tolist()])
                 # numpy crosses the worker queue as plain bytes; the loader makes it a tensor on arrival
                 # (a tensor would travel through a shared-memory segment per batch: ~40% of throughput)
-                batch.setdefault("__positions__", desc.positions)
+                # a windowed stage numbers its outputs (an input may give several, or none)
+                batch.setdefault("__positions__", desc.positions if desc.outputs is None else desc.packed_positions)
             else:
                 cuts = np.cumsum(desc.pack_sizes)[:-1]
                 batch.setdefault("__packs__", [p.tolist() for p in np.split(desc.positions, cuts)])
@@ -162,6 +193,28 @@ class BatchMaker(Dataset):
                 )
                 batch.setdefault("__positions__", desc.packed_positions)
         return batch
+
+    def _stage_outputs(self, desc: Descriptor) -> list[Any]:
+        """The planned outputs of a windowed stage's descriptor, post-encoded (each input encoded once)."""
+        made: dict[int, list[Any]] = {}
+        out = []
+        for p, s, i, k in zip(
+            desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist(), desc.outputs.tolist()
+        ):
+            if p not in made:
+                try:
+                    made[p] = self.first_stage(p, s, i)
+                except Exception as exc:
+                    raise BatchError(
+                        f"{self._where(p, s, i)} failed in a worker although it was planned: {exc}"
+                    ) from exc
+            if k >= len(made[p]):
+                raise BatchError(
+                    f"{self._where(p, s, i)}: the encoder gave {len(made[p])} outputs in a worker but more when the "
+                    f"window was planned; encode_sample must depend only on the sample and its seeded randomness"
+                )
+            out.append(self.post(p, k, made[p][k]))
+        return out
 
     def _pack(self, desc: Descriptor, samples: list[Any]) -> list[Any]:
         truncate = getattr(self.encoder.encoder, "truncate_sample", None)
@@ -172,7 +225,10 @@ class BatchMaker(Dataset):
         out, start = [], 0
         for packed_position, size in zip(desc.packed_positions.tolist(), desc.pack_sizes.tolist()):
             with sample_context(
-                self.options.seed, packed_position, pack=True, reseed_global=self.options.reseed_global
+                self.options.seed,
+                packed_position,
+                pack=True,
+                reseed_global=self.options.reseed_global or "pack_selected_samples" in self.encoder.reseeds,
             ):
                 out.append(self.encoder.pack_selected_samples(samples[start : start + size]))
             start += size

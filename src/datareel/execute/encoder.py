@@ -10,6 +10,7 @@ pipeline is refused here, at construction, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -21,6 +22,7 @@ from torch.utils.data import default_collate
 from ..errors import DatareelError, OptionError
 
 HOOKS = ("encode_sample", "batch", "encode_batch", "pack_selected_samples")
+STAGE_HOOKS = ("preencode_sample", "postencode_sample", "select_samples_to_pack")
 
 
 @runtime_checkable
@@ -49,7 +51,7 @@ def _is_meta(key: object) -> bool:
 class DefaultTaskEncoder:
     """Identity per sample; collates like ``torch.utils.data.default_collate``.
 
-    Dict samples give a dict batch: each ordinary key is collated, meta keys
+    Dict (and dataclass) samples give a dict batch: each ordinary key is collated, meta keys
     (``__key__`` and other ``__name__`` keys) become lists.
     """
 
@@ -57,6 +59,8 @@ class DefaultTaskEncoder:
         return sample
 
     def batch(self, samples: list[Any]) -> Any:
+        if samples and dataclasses.is_dataclass(samples[0]) and not isinstance(samples[0], type):
+            samples = [{f.name: getattr(s, f.name) for f in dataclasses.fields(s)} for s in samples]
         if samples and isinstance(samples[0], Mapping):
             keys = list(samples[0].keys())
             for sample in samples[1:]:
@@ -85,17 +89,25 @@ def _collate(key: str | None, values: list[Any]) -> Any:
         ) from exc
 
 
-def _energon_defined(encoder: Any, name: str) -> bool:
-    """Whether ``name`` comes from Megatron-Energon's own classes (i.e. the user did not override it)."""
+_BASE_MODULES = ("megatron.energon", "datareel.energon", "datareel.execute.encoder")
+
+
+def _base_defined(encoder: Any, name: str) -> bool:
+    """Whether ``name`` comes from a base class (Energon's, datareel's facade or default), i.e. the user did
+    not override it."""
     for cls in type(encoder).__mro__:
         if name in vars(cls):
-            return cls.__module__.startswith("megatron.energon")
+            return cls.__module__.startswith(_BASE_MODULES)
     return False
 
 
+def _overrides(encoder: Any, name: str) -> bool:
+    return hasattr(encoder, name) and not _base_defined(encoder, name)
+
+
 def _is_seed_wrapper(method: Any) -> bool:
-    """Whether ``method`` is wrapped by Energon's ``@stateless(restore_seeds=True)`` (it needs Energon's
-    worker state; the code object's name survives ``functools.wraps``)."""
+    """Whether ``method`` is wrapped by Megatron-Energon's ``@stateless(restore_seeds=True)`` (it needs
+    Energon's worker state; the code object's name survives ``functools.wraps``)."""
     code = getattr(getattr(method, "__func__", method), "__code__", None)
     return (
         code is not None
@@ -106,39 +118,59 @@ def _is_seed_wrapper(method: Any) -> bool:
 
 
 def _is_energon(encoder: Any) -> bool:
-    return any(cls.__module__.startswith("megatron.energon") for cls in type(encoder).__mro__)
+    bases = ("megatron.energon", "datareel.energon.task_encoder")
+    return any(cls.__module__.startswith(bases) for cls in type(encoder).__mro__)
+
+
+def _is_generator(method: Any) -> bool:
+    return inspect.isgeneratorfunction(getattr(method, "__func__", method))
 
 
 class ResolvedEncoder:
     """A task encoder with every hook present (the user's where given, else the default).
 
-    ``reseeds``: hooks wrapped by Energon's ``@stateless(restore_seeds=True)``; they run
-    unwrapped, with the global RNGs reseeded per sample by datareel instead.
+    - ``reseeds``: hooks marked ``@stateless(restore_seeds=True)`` (datareel's or Energon's: those run
+      unwrapped, with the global RNGs reseeded per sample by datareel);
+    - ``first`` / ``post``: the windowed stage's two halves: ``preencode_sample`` (else ``encode_sample``)
+      and ``postencode_sample`` (else identity);
+    - ``windowed``: whether the first stage is a generator (0, 1 or more outputs per input), so the
+      loader must plan outputs in the windowed stage;
+    - ``online``: packs are chosen by ``select_samples_to_pack`` (``WindowedStage(pack=True)``).
     """
 
-    def __init__(self, encoder: Any | None, *, packing: Any = None):
+    def __init__(self, encoder: Any | None, *, packing: Any = None, online: bool = False):
         default = DefaultTaskEncoder()
         self.encoder = encoder
         self.reseeds: set[str] = set()
-        if encoder is not None and _is_energon(encoder):
-            self._check_energon(encoder, packing)
+        self.online = online
+        user = {name: self._hook(encoder, name) for name in (*HOOKS, *STAGE_HOOKS)} if encoder is not None else {}
         for name in HOOKS:
-            method = getattr(encoder, name, None) if encoder is not None else None
-            if method is not None and not callable(method):
-                raise OptionError(f"task_encoder.{name} is {method!r}, which is not callable")
-            if method is not None and name == "pack_selected_samples" and _energon_defined(encoder, name):
-                method = None  # Energon's base raises NotImplementedError
-            if method is not None:
-                if _is_seed_wrapper(method):
-                    method = method.__wrapped__.__get__(encoder)  # Energon's restore_seeds: datareel reseeds instead
-                    self.reseeds.add(name)
-                if inspect.isgeneratorfunction(getattr(method, "__func__", method)):
-                    raise OptionError(
-                        f"task_encoder.{name} is a generator; datareel plans one output per position, so "
-                        f"{name} must return one value (split or skip work in the plan: filters, packing)"
-                    )
-            fallback = getattr(default, name, None)
-            setattr(self, name, method if method is not None else fallback)
+            setattr(self, name, user.get(name) or getattr(default, name, None))
+        if encoder is not None and _is_energon(encoder):
+            self._check_energon(encoder, packing, online)
+        pre, post = user.get("preencode_sample"), user.get("postencode_sample")
+        if pre is not None and not _base_defined(encoder, "encode_sample"):
+            raise OptionError(
+                f"task encoder {type(encoder).__name__} defines both encode_sample and preencode_sample; define "
+                f"encode_sample, or preencode_sample + postencode_sample"
+            )
+        self.first = pre or self.encode_sample
+        self.post = post
+        self.select_samples_to_pack = user.get("select_samples_to_pack")
+        self.windowed = _is_generator(self.first)
+        self.cookers = list(getattr(encoder, "cookers", None) or ())
+        for c in self.cookers:
+            if getattr(c, "need_primary", False) or getattr(c, "need_cache", False):
+                raise OptionError(
+                    f"cooker {getattr(c.cook, '__name__', c.cook)!r} asks for need_primary / need_cache (auxiliary "
+                    f"datasets), which datareel does not provide; cook from the crude sample alone"
+                )
+        self.sample_classes = _energon_sample_classes(encoder)
+        if online and (self.select_samples_to_pack is None or self.pack_selected_samples is None):
+            raise OptionError(
+                "online packing (packing_buffer_size / WindowedStage(pack=True)) needs the task encoder to define "
+                "select_samples_to_pack(samples) -> [[sample, ...], ...] and pack_selected_samples(samples)"
+            )
         if packing is not None and self.pack_selected_samples is None:
             raise OptionError(
                 "packing needs task_encoder.pack_selected_samples(samples) -> one packed sample; define it"
@@ -146,27 +178,78 @@ class ResolvedEncoder:
         if packing is not None and packing.over_length == "truncate" and not hasattr(encoder, "truncate_sample"):
             raise OptionError("Packing(over_length='truncate') needs task_encoder.truncate_sample(sample, max_length)")
 
+    def _hook(self, encoder: Any, name: str) -> Any:
+        """The user's ``name`` hook (unwrapped from Energon's seed wrapper), ``None`` if only a base has it."""
+        method = getattr(encoder, name, None)
+        if method is None or (_base_defined(encoder, name) and name not in HOOKS[:3]):
+            return None
+        if not callable(method):
+            raise OptionError(f"task_encoder.{name} is {method!r}, which is not callable")
+        if _is_seed_wrapper(method):
+            method = method.__wrapped__.__get__(encoder)  # Energon's restore_seeds: datareel reseeds instead
+            self.reseeds.add(name)
+        elif getattr(method, "__restore_seeds__", False):
+            self.reseeds.add(name)
+        if _is_generator(method) and name not in ("encode_sample", "preencode_sample"):
+            raise OptionError(
+                f"task_encoder.{name} is a generator; only encode_sample / preencode_sample may yield (0, 1 or "
+                f"more outputs per sample); {name} must return one value"
+            )
+        return method
+
+    def cook(self, raw: Any) -> Any:
+        """A crude sample through the first matching cooker; a typed one as the encoder's own class."""
+        if self.cookers and isinstance(raw, dict):
+            subflavors = raw.get("__subflavors__") or {}
+            for c in self.cookers:
+                if c.is_match(subflavors):
+                    return c.cook(raw)
+            raise DatareelError(
+                f"no cooker of the task encoder matches sample {raw.get('__key__')!r} with subflavors "
+                f"{subflavors}; add a Cooker(cook) without has_subflavors, or one matching these"
+            )
+        if self.sample_classes and type(raw).__name__ in self.sample_classes and not isinstance(raw, dict):
+            cls = self.sample_classes[type(raw).__name__]
+            return cls(**{f.name: getattr(raw, f.name) for f in dataclasses.fields(raw)})
+        return raw
+
+    def outputs(self, sample: Any) -> list[Any]:
+        """The first stage's outputs for one sample (a generator's, in order; else exactly one)."""
+        result = self.first(sample)
+        return list(result) if self.windowed else [result]
+
+    def encode_one(self, sample: Any) -> Any:
+        """The whole per-sample encoding outside the windowed stage: ``post(first(sample))``."""
+        out = self.first(sample)
+        return self.post(out) if self.post is not None else out
+
     @staticmethod
-    def _check_energon(encoder: Any, packing: Any) -> None:
+    def _check_energon(encoder: Any, packing: Any, online: bool) -> None:
         unsupported = []
-        if getattr(encoder, "cookers", ()):
-            unsupported.append("cookers (cook crude samples with encode_sample instead: datareel samples are dicts)")
-        # select_samples_to_pack is never called without packing (Energon too ignores it then); with
-        # datareel.Packing, packs are planned from lengths, and a second planner would be ambiguous
-        packing_refusals = (("select_samples_to_pack", "datareel.Packing plans packs from lengths"),) if packing else ()
-        for name, why in (
-            *packing_refusals,
-            ("batch_group_criterion", "batches are fixed by the global-batch layout"),
-            ("preencode_sample", "use encode_sample"),
-            ("postencode_sample", "use encode_sample"),
-        ):
-            if hasattr(encoder, name) and not _energon_defined(encoder, name):
-                unsupported.append(f"{name} ({why})")
+        if packing is not None and _overrides(encoder, "select_samples_to_pack"):
+            unsupported.append(
+                "select_samples_to_pack with datareel.Packing (packs are planned from lengths there; use "
+                "packing_buffer_size / WindowedStage(pack=True) to pack online with it)"
+            )
+        if _overrides(encoder, "batch_group_criterion"):
+            unsupported.append("batch_group_criterion (batches are fixed by the global-batch layout)")
         if unsupported:
             raise OptionError(
                 f"task encoder {type(encoder).__name__} overrides Energon features datareel does not run: "
                 + "; ".join(unsupported)
             )
+
+
+def _energon_sample_classes(encoder: Any) -> dict[str, type]:
+    """Megatron-Energon's typed sample classes by name, when the encoder derives from its TaskEncoder
+    (its code may check ``isinstance`` against them); else none (datareel's classes are used)."""
+    if encoder is None or not any(cls.__module__.startswith("megatron.energon") for cls in type(encoder).__mro__):
+        return {}
+    import megatron.energon as energon  # installed: the encoder derives from it
+
+    from ..sources.typed import SAMPLE_CLASSES
+
+    return {name: getattr(energon, name) for name in SAMPLE_CLASSES if hasattr(energon, name)}
 
 
 def positions_tensor(positions: Any) -> torch.Tensor:

@@ -34,10 +34,13 @@ class _Context:
 
 
 @contextlib.contextmanager
-def sample_context(seed: int, position: int, *, pack: bool = False, reseed_global: bool = False) -> Iterator[None]:
-    """Make ``(seed, position)`` the current sample (or, with ``pack=True``, the current pack)."""
+def sample_context(
+    seed: int, position: int, *, pack: bool = False, reseed_global: bool = False, domain: int | None = None
+) -> Iterator[None]:
+    """Make ``(seed, position)`` the current sample (or, with ``pack=True``, the current pack; ``domain``
+    names another purpose, e.g. a windowed stage's ``postencode_sample``)."""
     previous = getattr(_local, "context", None)
-    context = _Context(seed, position, DOMAIN_PACK if pack else DOMAIN_SAMPLE)
+    context = _Context(seed, position, domain if domain is not None else DOMAIN_PACK if pack else DOMAIN_SAMPLE)
     _local.context = context
     saved = None
     if reseed_global:  # the caller's global generators (the training loop's, with num_workers=0) are kept

@@ -19,6 +19,8 @@ DOMAIN_PERMUTE = 0x7065726D  # "perm"
 DOMAIN_SAMPLE = 0x73616D70  # "samp"
 DOMAIN_PACK = 0x7061636B  # "pack"
 DOMAIN_SUBSTITUTE = 0x73756273  # "subs"
+DOMAIN_POST = 0x706F7374  # "post": postencode_sample of one output of a windowed stage
+DOMAIN_SELECT = 0x73656C63  # "selc": select_samples_to_pack of one window
 
 
 def name_key(name: str) -> int:

@@ -24,7 +24,10 @@ class Descriptor:
     positions: int64[k], source_ids: int32[k], indices: int64[k].  With packing,
     ``pack_sizes`` (int64[p], summing to k) cuts the samples into packs,
     ``packed_positions`` (int64[p]) numbers the packs in the packed reel and
-    ``truncate`` (bool[k]) marks samples longer than ``max_length``.
+    ``truncate`` (bool[k]) marks samples longer than ``max_length``.  In a windowed stage
+    ``outputs`` (int64[k]) says which output of each position's encoder is meant, and
+    ``packed_positions`` numbers the stage's outputs (packs, or single outputs when
+    ``pack_sizes`` is ``None``).
     """
 
     step: int
@@ -34,6 +37,7 @@ class Descriptor:
     pack_sizes: np.ndarray | None = None
     packed_positions: np.ndarray | None = None
     truncate: np.ndarray | None = None
+    outputs: np.ndarray | None = None
 
 
 class Step(NamedTuple):

@@ -40,13 +40,15 @@ CACHED_WINDOWS = 8
 class Pack:
     """One pack: its input reel positions with their leaves and indices, and which are over-long.
 
-    positions: int64[j], source_ids: int32[j], indices: int64[j], truncate: bool[j] (j >= 1).
+    positions: int64[j], source_ids: int32[j], indices: int64[j], truncate: bool[j] (j >= 1).  In a
+    windowed stage ``outputs`` says which output of each position's ``encode_sample`` it holds.
     """
 
     positions: np.ndarray
     source_ids: np.ndarray
     indices: np.ndarray
     truncate: np.ndarray
+    outputs: np.ndarray | None = None  # int64[j]: which output of each position's encoder (windowed stage)
 
 
 class PackedReel:
@@ -57,6 +59,7 @@ class PackedReel:
 
     def __init__(self, plan: ReelPlan, sources: list[Source], packing: Packing, pass_length: int | None):
         self.plan, self.sources, self.packing, self.pass_length = plan, sources, packing, pass_length
+        self.window_size = packing.window
         self._cache: OrderedDict[int, list[Pack]] = OrderedDict()
         self._dropped: dict[int, int] = {}  # window -> samples it dropped (windows with drops only), counted once
         self._packs_in_pass: int | None = None
@@ -94,7 +97,7 @@ class PackedReel:
             if (w, o) != (last, 0):
                 raise DatareelError(
                     f"state pack={[w, o]} lies beyond this repeat=False pass ({last} windows of "
-                    f"{self.packing.window}); it was saved by a loader with repeat=True: restore it into one"
+                    f"{self.window_size}); it was saved by a loader with repeat=True: restore it into one"
                 )
             return  # the end of a pass resumes on any layout
         layout.check_cursor(cursor.position)
@@ -125,7 +128,7 @@ class PackedReel:
             after = Cursor(base + len(group), end if ends else group[-1][1])
             a, b = layout.rank_span(step, rank, base + len(group) if ends else None)
             mine = [pack for pack, _ in group[a - base : b - base]]
-            yield Step(_descriptor(step, mine, a, b) if mine else None, after)
+            yield Step(self._descriptor(step, mine, a, b) if mine else None, after)
             if ends:
                 return
 
@@ -134,12 +137,12 @@ class PackedReel:
         """Windows of a finite input reel (``None``: endless)."""
         if self.pass_length is None:
             return None
-        return -(-self.pass_length // self.packing.window)
+        return -(-self.pass_length // self.window_size)
 
     def _inputs(self, w: int, *, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Window ``w``'s input positions, leaves, indices and lengths: int64[k], int32[k], int64[k], int64[k]
         (cut at the end of a finite pass unless ``whole``)."""
-        size = self.packing.window
+        size = self.window_size
         stop = (w + 1) * size if self.pass_length is None or whole else min((w + 1) * size, self.pass_length)
         positions = np.arange(w * size, stop, dtype=np.int64)
         leaf, index = self.plan.resolve(positions)
@@ -187,13 +190,8 @@ class PackedReel:
         while last is None or w < last:
             packs = self.window(w)
             empty = 0 if packs else empty + 1
-            if last is None and empty * self.packing.window > self._empty_limit() and not self._some_sample_fits():
-                raise DatareelError(
-                    f"packing dropped every sample of {empty} consecutive windows (up to reel position "
-                    f"{(w + 1) * self.packing.window}), and no sample of any source is <= max_length="
-                    f"{self.packing.max_length}: this endless reel would never yield a pack; raise max_length, "
-                    f"or use over_length='own_pack' or 'truncate'"
-                )
+            if last is None and empty * self.window_size > self._empty_limit():
+                self._no_progress(empty, w)
             while o < len(packs):
                 o += 1
                 yield packs[o - 1], ((w, o) if o < len(packs) else (w + 1, 0))
@@ -203,7 +201,17 @@ class PackedReel:
         """Input positions without a pack after which an endless reel checks that any sample fits at all:
         four passes of the reel (of every source, for a weighted mix), at most 65,536, at least a window."""
         passes = self.plan.epoch_length or sum(len(source) for source in self.sources)
-        return max(self.packing.window, min(65_536, 4 * passes))
+        return max(self.window_size, min(65_536, 4 * passes))
+
+    def _no_progress(self, empty: int, w: int) -> None:
+        """Called while ``empty`` consecutive windows up to ``w`` held no pack: raise if none ever will."""
+        if not self._some_sample_fits():
+            raise DatareelError(
+                f"packing dropped every sample of {empty} consecutive windows (up to reel position "
+                f"{(w + 1) * self.window_size}), and no sample of any source is <= max_length="
+                f"{self.packing.max_length}: this endless reel would never yield a pack; raise max_length, "
+                f"or use over_length='own_pack' or 'truncate'"
+            )
 
     def _some_sample_fits(self) -> bool:
         """Whether any sample of any source is <= max_length (computed once: every source's lengths)."""
@@ -228,15 +236,14 @@ class PackedReel:
             self._digest = hashlib.blake2b(lengths.astype("<i8").tobytes(), digest_size=8).hexdigest()
         return self._digest
 
-
-def _descriptor(step: int, mine: list[Pack], first: int, stop: int) -> Descriptor:
-    """One rank's packs of a micro-step as a descriptor; they hold packed positions ``[first, stop)``."""
-    return Descriptor(
-        step,
-        np.concatenate([p.positions for p in mine]),
-        np.concatenate([p.source_ids for p in mine]),
-        np.concatenate([p.indices for p in mine]),
-        pack_sizes=np.array([len(p.positions) for p in mine], dtype=np.int64),
-        packed_positions=np.arange(first, stop, dtype=np.int64),
-        truncate=np.concatenate([p.truncate for p in mine]),
-    )
+    def _descriptor(self, step: int, mine: list[Pack], first: int, stop: int) -> Descriptor:
+        """One rank's packs of a micro-step as a descriptor; they hold packed positions ``[first, stop)``."""
+        return Descriptor(
+            step,
+            np.concatenate([p.positions for p in mine]),
+            np.concatenate([p.source_ids for p in mine]),
+            np.concatenate([p.indices for p in mine]),
+            pack_sizes=np.array([len(p.positions) for p in mine], dtype=np.int64),
+            packed_positions=np.arange(first, stop, dtype=np.int64),
+            truncate=np.concatenate([p.truncate for p in mine]),
+        )

@@ -1,7 +1,7 @@
 """Energon sample types and ``field_map``: which tar parts become which sample fields.
 
-A typed sample is a dict with the type's field names (plus ``__key__``), e.g.
-``{"__key__": "000001", "image": <tensor>, "caption": "a cat"}``.
+A typed sample is an instance of the type's dataclass (:mod:`.typed`), e.g.
+``CaptioningSample(__key__="000001", image=<tensor>, caption="a cat", ...)``.
 
 ``field_map`` values follow Energon's grammar: a part name (``jpg``), nested
 access into a decoded part (``json[captions][0]``), or alternatives tried in
@@ -16,15 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DatasetError
+from .typed import SAMPLE_CLASSES, type_fields
 
 # type name -> (required fields, optional fields)
-SAMPLE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "TextSample": (("text",), ()),
-    "CaptioningSample": (("image", "caption"), ()),
-    "ImageSample": (("image",), ()),
-    "ImageClassificationSample": (("image",), ("label", "label_name")),
-    "VQASample": (("image", "context"), ("answers", "answer_weights")),
-}
+SAMPLE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {name: type_fields(name) for name in SAMPLE_CLASSES}
 CRUDE = "CrudeWebdataset"
 _ACCESS = re.compile(r"^([^\[\],]+)((?:\[[^\[\]]+\])*)$")
 

@@ -22,15 +22,17 @@ from .decode import PartDecoder
 from .fieldmap import TypedFields, typed_fields
 from .index_files import read_index
 from .tarparse import BLOCK, iter_members, split_name
+from .typed import SAMPLE_CLASSES
 
 
 class WebDatasetSource(Source):
     """One split of an Energon-prepared dataset directory.
 
-    Samples are dicts: for ``CrudeWebdataset`` every part decoded by extension
+    For ``CrudeWebdataset`` a sample is a dict of its parts decoded by extension
     (``{"__key__": ..., "txt": str, "json": dict, "jpg": tensor, ...}``); for a
-    ``sample_type`` the type's fields from ``field_map``.  ``__subflavors__`` is
-    attached when the dataset or the caller defines subflavors.
+    ``sample_type`` it is an instance of that class (:mod:`.typed`) with the
+    fields ``field_map`` names.  Both carry ``__key__``, ``__restore_key__`` and
+    ``__subflavors__`` (the dataset's and the caller's; ``{}`` when none).
     """
 
     def __init__(
@@ -222,19 +224,21 @@ class WebDatasetSource(Source):
             raise DatasetError(f"{where}: sample {local} (bytes {start}-{stop}) holds no files")
         return key, parts, f"{where} key {key!r}"
 
-    def read(self, index: int) -> dict[str, Any]:
+    def read(self, index: int) -> Any:
         key, parts, where = self.read_raw(index)
         decode = self.decoder
+        s, local = self.locate(index)
+        head = {"__key__": key, "__restore_key__": ("Webdataset", self.shards[s], local)}
         if self.typed is not None:
-            sample = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), where)
-        elif decode is not None:
-            sample = {part: decode(part, data, where) for part, data in parts.items()}
-        else:
-            sample = dict(parts)
-        sample = Sample(__key__=key, **sample)
-        if self.subflavors:
-            sample["__subflavors__"] = dict(self.subflavors)
-        return sample
+            fields = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), where)
+            return SAMPLE_CLASSES[self.typed.sample_type](**head, __subflavors__=dict(self.subflavors), **fields)
+        if decode is not None:
+            return Sample(
+                head,
+                **{part: decode(part, data, where) for part, data in parts.items()},
+                __subflavors__=dict(self.subflavors),
+            )
+        return Sample(head, **parts, __subflavors__=dict(self.subflavors))
 
     def describe(self) -> dict[str, Any]:
         return {

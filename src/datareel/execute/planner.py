@@ -1,0 +1,99 @@
+"""The windowed stage's planner: one window of inputs -> its items (outputs, or online packs).
+
+For each input position of the window (in order) it reads the sample and runs
+the encoder's first stage (``preencode_sample``, else ``encode_sample``) under
+the position's seed, exactly as a worker will; the outputs of the window are
+the concatenation.  With online packing the user's ``select_samples_to_pack``
+gets that list (under a seed keyed by the window) and its groups become the
+window's packs.  Inputs that yield nothing (a generator that yields nothing,
+``SkipSample``, or a failure while a ``handler`` is set) and outputs no pack
+selects are left out and counted.
+
+The planner is what a background planning process runs; it holds the sources
+and the encoder, never the loader.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import DatareelError, is_skip
+from ..plan.rng import DOMAIN_SELECT
+from ..reel.windowed import WindowPlan, make_items
+from .batch import BatchMaker
+from .randomness import sample_context
+
+log = logging.getLogger("datareel")
+
+
+class EncoderPlanner:
+    """Plans windows with a :class:`~.batch.BatchMaker`'s reading and encoding (``pack``: online packing)."""
+
+    def __init__(self, maker: BatchMaker, pack: bool):
+        self.maker, self.pack = maker, pack
+
+    def fingerprint(self) -> dict[str, Any]:
+        encoder = self.maker.encoder.encoder
+        cls = type(encoder)
+        return {"encoder": None if encoder is None else f"{cls.__module__}.{cls.__qualname__}"}
+
+    def __call__(self, window: int, positions: np.ndarray, source_ids: np.ndarray, indices: np.ndarray) -> WindowPlan:
+        started = time.perf_counter()
+        encoded: list[Any] = []
+        owner: list[int] = []  # owner[j]: the window input output j came from
+        number: list[int] = []  # number[j]: which of that input's outputs it is
+        empty = 0
+        for j, (p, s, i) in enumerate(zip(positions.tolist(), source_ids.tolist(), indices.tolist())):
+            outputs = self._outputs(window, p, s, i)
+            empty += not outputs
+            encoded += outputs
+            owner += [j] * len(outputs)
+            number += range(len(outputs))
+        groups = self._select(window, encoded) if self.pack else [[j] for j in range(len(encoded))]
+        owners = np.asarray(owner, dtype=np.int64)
+        left_out = len(encoded) - sum(len(g) for g in groups)
+        items = make_items(
+            groups, positions[owners], source_ids[owners], indices[owners], np.asarray(number, dtype=np.int64)
+        )
+        return WindowPlan(items, empty + left_out, time.perf_counter() - started)
+
+    def _outputs(self, window: int, position: int, source_id: int, index: int) -> list[Any]:
+        maker = self.maker
+        try:
+            return maker.first_stage(position, source_id, index)
+        except Exception as exc:
+            if is_skip(exc):
+                return []
+            where = maker._where(position, source_id, index)
+            if maker.options.handler is None and maker.options.on_error == "raise":
+                raise DatareelError(f"planning window {window}: {where} failed: {exc!r}") from exc
+            if maker.options.handler is not None:
+                maker.options.handler(exc, maker._key(source_id, index))  # may raise: then planning stops
+            log.warning("planning window %d: %s failed (%r); it is left out", window, where, exc)
+            return []
+
+    def _select(self, window: int, encoded: list[Any]) -> list[list[int]]:
+        """``select_samples_to_pack`` over the window's outputs, as lists of output numbers."""
+        maker = self.maker
+        reseed = maker.options.reseed_global or "select_samples_to_pack" in maker.encoder.reseeds
+        with sample_context(maker.options.seed, window, reseed_global=reseed, domain=DOMAIN_SELECT):
+            chosen = maker.encoder.select_samples_to_pack(list(encoded)) if encoded else []
+        where = {id(sample): j for j, sample in enumerate(encoded)}
+        used: set[int] = set()
+        groups = []
+        for group in chosen:
+            numbers = [where.get(id(sample), -1) for sample in group]
+            if -1 in numbers or len(set(numbers)) < len(numbers) or used & set(numbers):
+                raise DatareelError(
+                    f"planning window {window}: select_samples_to_pack returned a pack with a sample that is not "
+                    f"among its input samples, or one used twice; return lists of the samples it was given, each "
+                    f"at most once"
+                )
+            used.update(numbers)
+            if numbers:
+                groups.append(numbers)
+        return groups

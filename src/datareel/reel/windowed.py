@@ -1,0 +1,239 @@
+"""The windowed stage: a reel of encoder outputs (or online packs), planned window by window.
+
+Window ``w`` is input positions ``[w·window, (w+1)·window)``.  A planner (see
+:mod:`datareel.execute.planner`) reads the window's samples, runs the
+encoder's first stage under the per-position seeds and returns the window's
+*items* in order: single outputs ``(position, k)`` of a generator
+``encode_sample`` (0, 1 or more per input), or packs of such outputs chosen by
+the user's ``select_samples_to_pack``.  The items of every window, in order,
+are the stage's reel; a point in it is ``(window, offset)`` as for
+length-planned packing, so a restore plans one window on any topology.
+
+Every rank plans every window it reads (the items must be known before they are
+laid out over ranks).  With ``background=True`` the planning runs in one
+planning process per loader, a few windows ahead of the training thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import multiprocessing
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import DatareelError, check_int
+from ..plan.nodes import ReelPlan
+from ..sources.base import Source
+from .base import Descriptor
+from .packed import Pack, PackedReel
+
+log = logging.getLogger("datareel")
+AHEAD = 2
+"""Windows planned ahead of the one being read (background planning)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowedStage:
+    """Options of the windowed stage (``Loader(stage=...)``).
+
+    - ``window``: input positions planned together (Energon's ``packing_buffer_size``); a restore
+      plans one window.
+    - ``pack``: pack online: the encoder's ``select_samples_to_pack`` chooses packs among each
+      window's encoded samples and workers call ``pack_selected_samples``.
+    - ``background``: plan in a separate planning process (else on the thread that feeds the
+      DataLoader).
+
+    A generator ``encode_sample`` (or ``preencode_sample``) always runs in this stage
+    (``WindowedStage()`` is the default then).
+
+    Example::
+
+        loader = datareel.Loader(data, global_batch_size=64, micro_batch_size=4, task_encoder=MyPacker(),
+                                 stage=datareel.WindowedStage(window=256, pack=True))
+    """
+
+    window: int = 128
+    pack: bool = False
+    background: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "window", check_int(self.window, "window", minimum=1, where="WindowedStage"))
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A planned window: its items in order, the inputs left out, and the seconds planning took."""
+
+    items: list[Pack]
+    skipped: int
+    seconds: float
+
+
+class WindowPlanner(Protocol):
+    """Plans one window: ``positions`` int64[k], ``source_ids`` int32[k], ``indices`` int64[k] -> its items."""
+
+    def __call__(self, window: int, positions: np.ndarray, source_ids: np.ndarray, indices: np.ndarray) -> WindowPlan:
+        """The window's items (each a :class:`~.packed.Pack` with ``outputs``)."""
+        ...
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a restore must find unchanged besides the plans (the encoder's hooks, by name)."""
+        ...
+
+
+_installed: WindowPlanner | None = None  # the planner of this planning process
+
+
+def _install(planner: WindowPlanner) -> None:
+    global _installed
+    _installed = planner
+
+
+def _plan_installed(window: int, positions: np.ndarray, source_ids: np.ndarray, indices: np.ndarray) -> WindowPlan:
+    if _installed is None:
+        raise DatareelError("internal: the planning process has no planner; please report this")
+    return _installed(window, positions, source_ids, indices)
+
+
+class WindowedReel(PackedReel):
+    """The stage's reel: :class:`~.packed.PackedReel`'s streaming over windows planned by ``planner``."""
+
+    def __init__(
+        self,
+        plan: ReelPlan,
+        sources: list[Source],
+        stage: WindowedStage,
+        planner: WindowPlanner,
+        pass_length: int | None,
+        multiprocessing_context: Any = None,
+    ):
+        self.plan, self.sources, self.stage, self.pass_length = plan, sources, stage, pass_length
+        self.window_size, self.planner = stage.window, planner
+        self._cache: dict[int, list[Pack]] = {}
+        self._dropped: dict[int, int] = {}
+        self._packs_in_pass: int | None = None
+        self._digest: str | None = None
+        self._context = multiprocessing_context
+        self._executor: concurrent.futures.ProcessPoolExecutor | None = None
+        self._futures: dict[int, concurrent.futures.Future[WindowPlan]] = {}
+        self._planning = 0.0  # seconds spent planning (in the planner)
+        self._since: float | None = None  # when this reel first waited for a plan
+        self._warned = False
+
+    # -- the Reel protocol ------------------------------------------------------------------------
+    def spec(self) -> dict[str, Any]:
+        return {"stage": {"window": self.window_size, "pack": self.stage.pack, **self.planner.fingerprint(),
+                          "plan": self._plan_digest()}}  # fmt: skip
+
+    def _plan_digest(self) -> str:
+        """A digest of window 0's items: a changed encoder behind the same names is caught on restore."""
+        if self._digest is None:
+            digest = hashlib.blake2b(digest_size=8)
+            for item in self.window(0):
+                for array in (item.positions, item.outputs if item.outputs is not None else np.zeros(0)):
+                    digest.update(np.asarray(array, dtype="<i8").tobytes())
+                digest.update(b"|")
+            self._digest = digest.hexdigest()
+        return self._digest
+
+    def close(self) -> None:
+        """Stop the planning process (a later window starts a new one)."""
+        executor, self._executor, self._futures = self._executor, None, {}
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- windows ----------------------------------------------------------------------------------
+    def window(self, w: int) -> list[Pack]:
+        if w in self._cache:
+            return self._cache[w]
+        plan = self._plan(w)
+        if plan.skipped and w not in self._dropped:
+            log.debug("the windowed stage left out %d inputs of window %d (skipped or not packed)", plan.skipped, w)
+            self._dropped[w] = plan.skipped
+        self._cache[w] = plan.items
+        while len(self._cache) > 8:
+            self._cache.pop(next(iter(self._cache)))
+        return plan.items
+
+    def _inputs_of(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size = self.window_size
+        stop = (w + 1) * size if self.pass_length is None else min((w + 1) * size, self.pass_length)
+        positions = np.arange(w * size, stop, dtype=np.int64)
+        source_ids, indices = self.plan.resolve(positions)
+        return positions, source_ids, indices
+
+    def _plan(self, w: int) -> WindowPlan:
+        if self._since is None:
+            self._since = time.perf_counter()
+        if not self.stage.background:
+            plan = self.planner(w, *self._inputs_of(w))
+        else:
+            future = self._futures.pop(w, None) or self._submit(w)
+            last = self.windows()
+            for ahead in range(w + 1, w + 1 + AHEAD):
+                if (last is None or ahead < last) and ahead not in self._futures:
+                    self._futures[ahead] = self._submit(ahead)
+            for stale in [v for v in self._futures if v < w or v > w + AHEAD]:
+                self._futures.pop(stale).cancel()
+            plan = future.result()
+        self._planning += plan.seconds
+        self._warn_if_slow()
+        return plan
+
+    def _submit(self, w: int) -> concurrent.futures.Future[WindowPlan]:
+        if self._executor is None:
+            context = self._context
+            if context is None or isinstance(context, str):
+                context = multiprocessing.get_context(context)
+            self._executor = concurrent.futures.ProcessPoolExecutor(
+                1, mp_context=context, initializer=_install, initargs=(self.planner,)
+            )
+            weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
+        return self._executor.submit(_plan_installed, w, *self._inputs_of(w))
+
+    def _warn_if_slow(self) -> None:
+        elapsed = time.perf_counter() - (self._since or 0.0)
+        if not self._warned and self._planning > max(1.0, 0.1 * elapsed):
+            self._warned = True
+            log.warning(
+                "the windowed stage spent %.1f s planning in %.1f s (every rank runs the encoder's first stage on "
+                "every sample of every window it reads, besides the workers). Cheaper: a preencode_sample that "
+                "only measures (the rest in postencode_sample), or datareel.Packing with a length index",
+                self._planning,
+                elapsed,
+            )
+
+    def _no_progress(self, empty: int, w: int) -> None:
+        raise DatareelError(
+            f"the windowed stage produced no output in {empty} consecutive windows (up to reel position "
+            f"{(w + 1) * self.window_size}): the encoder skips (or select_samples_to_pack leaves out) every "
+            f"sample; check encode_sample / select_samples_to_pack"
+        )
+
+    def _descriptor(self, step: int, mine: list[Pack], first: int, stop: int) -> Descriptor:
+        descriptor = super()._descriptor(step, mine, first, stop)
+        outputs = np.concatenate([p.outputs if p.outputs is not None else np.zeros(0, np.int64) for p in mine])
+        if self.stage.pack:
+            return Descriptor(**{**vars(descriptor), "outputs": outputs, "truncate": None})
+        return Descriptor(
+            step, descriptor.positions, descriptor.source_ids, descriptor.indices,
+            packed_positions=descriptor.packed_positions, outputs=outputs,
+        )  # fmt: skip
+
+
+def make_items(
+    groups: list[list[int]], positions: np.ndarray, source_ids: np.ndarray, indices: np.ndarray, outputs: np.ndarray
+) -> list[Pack]:
+    """Items from groups of output numbers: output ``j`` of the window is input ``positions[j]``'s
+    output ``outputs[j]`` (all int64[n], ``source_ids`` int32[n])."""
+    out = []
+    for group in groups:
+        g = np.asarray(group, dtype=np.int64)
+        out.append(Pack(positions[g], source_ids[g], indices[g], np.zeros(len(g), dtype=bool), outputs[g]))
+    return out
