@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from megatron.energon import Batch, CaptioningSample, Cooker, DefaultTaskEncoder, stateless
+from megatron.energon import Batch, CaptioningSample, DefaultTaskEncoder, stateless
 
 import datareel
 from datareel import DatareelError

@@ -91,7 +91,9 @@ def test_buffer_arguments_are_explained_once_and_others_refused(texts, caplog):
     with pytest.raises(DatareelError, match=r"packing_buffer_size=0\) must be a positive integer"):
         den.get_train_dataset(str(texts), worker_config=config, batch_size=2, packing_buffer_size=0)
     online = den.get_train_dataset(str(texts), worker_config=config, batch_size=2, packing_buffer_size=16)
-    with pytest.raises(DatareelError, match="online packing .* needs the task encoder to define select_samples_to_pack"):
+    with pytest.raises(
+        DatareelError, match="online packing .* needs the task encoder to define select_samples_to_pack"
+    ):
         den.get_savable_loader(online)
     with pytest.raises(DatareelError, match="shuffle_over_epochs_multiplier=2 cannot be honoured"):
         den.get_train_dataset(

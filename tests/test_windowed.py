@@ -1,0 +1,206 @@
+"""The windowed stage: generator encoders (0, 1 or 2 outputs per input) and online packing with
+select_samples_to_pack, elastic at every micro-step (mid-window included) on other W, N and m."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import datareel
+from datareel import OptionError, WindowedStage
+from datareel.testing import Topology, check_restore_everywhere
+
+
+class Splitter:
+    """Yields 0, 1 or 2 outputs per input, how many drawn from the sample's seeded RNG (or fixed by id)."""
+
+    def __init__(self, fixed: dict | None = None):
+        self.fixed = fixed or {}
+
+    def encode_sample(self, sample):
+        n = self.fixed.get(sample["id"], int(datareel.sample_rng().integers(0, 3)))
+        for k in range(n):
+            yield {"id": sample["id"], "part": k, "noise": int(datareel.sample_rng().integers(0, 1000))}
+
+    def batch(self, samples):
+        return {k: [s[k] for s in samples] for k in samples[0]}
+
+
+class Knapsack:
+    """Energon-style online packing: a greedy knapsack over an *encoded* length (known only after encoding)."""
+
+    cap = 12
+
+    def encode_sample(self, sample):
+        n = 1 + int(datareel.sample_rng().integers(0, 2))  # a generator: 1 or 2 outputs per input
+        for k in range(n):
+            yield {"id": sample["id"], "part": k, "len": (sample["id"] * 7 + k) % 9 + 1}
+
+    def select_samples_to_pack(self, samples):
+        packs, current, total = [], [], 0
+        for s in sorted(samples, key=lambda s: -s["len"]):
+            if current and total + s["len"] > self.cap:
+                packs.append(current)
+                current, total = [], 0
+            current.append(s)
+            total += s["len"]
+        return packs + ([current] if current else [])
+
+    def pack_selected_samples(self, samples):
+        return {
+            "members": [(s["id"], s["part"]) for s in samples],
+            "total": sum(s["len"] for s in samples),
+            "noise": int(datareel.sample_rng().integers(0, 1000)),
+        }
+
+    def batch(self, packs):
+        return {k: [p[k] for p in packs] for k in packs[0]}
+
+
+def records(n):
+    return datareel.from_sequence([{"id": i} for i in range(n)], name="records")
+
+
+@st.composite
+def scenarios(draw, max_workers):
+    W, W2 = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    m, m2 = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    G = math.lcm(m * W, m2 * W2) * draw(st.integers(1, 2))
+    return dict(
+        G=G,
+        before=Topology(W, draw(st.integers(0, max_workers)), m),
+        after=Topology(W2, draw(st.integers(0, max_workers)), m2),
+        n=draw(st.integers(3, 50)),
+        window=draw(st.integers(1, 13)),
+        batches=max(2, min(6, 24 // (G // (m * W)))),
+        seed=draw(st.integers(0, 2**32)),
+        repeat=draw(st.booleans()),
+    )
+
+
+def _restore(s, encoder, pack):
+    report = check_restore_everywhere(
+        records(s["n"]),
+        global_batch_size=s["G"],
+        before=s["before"],
+        after=s["after"],
+        global_batches=s["batches"],
+        seed=s["seed"],
+        repeat=s["repeat"],
+        task_encoder=encoder,
+        stage=WindowedStage(window=s["window"], pack=pack, background=False),
+    )
+    assert report["restored"] + report["refused"] == report["steps"] >= 1
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=scenarios(max_workers=0))
+def test_generator_outputs_restore_at_every_micro_step(s):
+    _restore(s, Splitter(), pack=False)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=scenarios(max_workers=0))
+def test_online_packing_restores_at_every_micro_step(s):
+    _restore(s, Knapsack(), pack=True)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=scenarios(max_workers=2))
+def test_windowed_stage_restores_with_worker_processes(s):
+    _restore(s, Knapsack(), pack=True)
+
+
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("window", [1, 4, 7, 50])
+def test_one_pass_holds_every_output_exactly_once_and_counts_skips(window, pack):
+    n = 37
+    fixed = {i: i % 3 for i in range(n)}  # ids 0, 3, 6, ... yield nothing; 2, 5, ... yield two outputs
+    encoder = Knapsack() if pack else Splitter(fixed)
+    loader = datareel.Loader(
+        records(n),
+        global_batch_size=4,
+        micro_batch_size=2,
+        world_size=1,
+        seed=9,
+        repeat=False,
+        task_encoder=encoder,
+        stage=WindowedStage(window=window, pack=pack, background=False),
+    )
+    batches = list(loader)
+    if pack:
+        members = [m for b in batches for pack_members in b["members"] for m in pack_members]
+        assert all(t <= Knapsack.cap for b in batches for t in b["total"])
+        counts = {}
+        for i, _k in members:
+            counts[i] = counts.get(i, 0) + 1
+        assert sorted(counts) == list(range(n)) and all(c in (1, 2) for c in counts.values())
+        assert len(members) == len(set(members)) and loader.dropped == 0
+    else:
+        outputs = sorted((i, k) for b in batches for i, k in zip(b["id"], b["part"]))
+        assert outputs == sorted((i, k) for i in range(n) for k in range(fixed[i]))
+        assert loader.dropped == sum(1 for i in range(n) if fixed[i] == 0)  # skipped inputs are counted
+    assert [int(p) for b in batches for p in b["__positions__"]] == list(range(loader.length))
+
+
+def plain(batches):
+    return [{**b, "__positions__": b["__positions__"].tolist()} for b in batches]
+
+
+def test_background_planning_gives_the_same_batches_and_restores():
+    common = dict(global_batch_size=4, micro_batch_size=2, world_size=1, seed=4, task_encoder=Knapsack())
+    inline = datareel.Loader(records(60), stage=WindowedStage(window=9, pack=True, background=False), **common)
+    background = datareel.Loader(records(60), stage=WindowedStage(window=9, pack=True), **common)
+    first = plain(b for _, b in zip(range(12), inline))
+    assert plain(b for _, b in zip(range(12), background)) == first
+    background.close()
+    background = datareel.Loader(records(60), stage=WindowedStage(window=9, pack=True), **common)
+    it = iter(background)
+    for _ in range(5):
+        next(it)
+    state = background.state_dict()
+    assert state["pack"][0] >= 1 and len(str(state)) < 1024
+    resumed = datareel.Loader(records(60), stage=WindowedStage(window=9, pack=True), **common)
+    resumed.load_state_dict(state)
+    assert plain(b for _, b in zip(range(7), resumed)) == first[5:]
+    background.close()
+    resumed.close()
+
+
+def test_the_state_names_a_changed_stage_and_bad_options_are_refused():
+    common = dict(global_batch_size=2, micro_batch_size=2, task_encoder=Splitter())
+    loader = datareel.Loader(records(20), stage=WindowedStage(window=4, background=False), **common)
+    state = loader.state_dict()
+    other = datareel.Loader(records(20), stage=WindowedStage(window=5, background=False), **common)
+    with pytest.raises(datareel.StateMismatchError, match="window"):
+        other.load_state_dict(state)
+    with pytest.raises(OptionError, match=r"WindowedStage\(window=0\)"):
+        WindowedStage(window=0)
+    with pytest.raises(OptionError, match="select_samples_to_pack"):
+        datareel.Loader(records(5), stage=WindowedStage(pack=True), **common)
+    with pytest.raises(OptionError, match="generator encode_sample"):
+        packing = datareel.Packing(max_length=4, length=lambda s, i: np.ones(len(i)))
+        datareel.Loader(records(5), packing=packing, **{**common, "task_encoder": Knapsack()})
+
+
+def test_a_generator_encoder_gets_the_windowed_stage_by_default_and_a_bad_selection_is_named():
+    loader = datareel.Loader(records(10), global_batch_size=2, micro_batch_size=2, task_encoder=Splitter())
+    assert isinstance(loader.reel, datareel.reel.WindowedReel)
+
+    class Inventing(Knapsack):
+        def select_samples_to_pack(self, samples):
+            return [[{"id": -1, "part": 0, "len": 1}]]
+
+    bad = datareel.Loader(
+        records(10),
+        global_batch_size=2,
+        micro_batch_size=2,
+        task_encoder=Inventing(),
+        stage=WindowedStage(window=4, pack=True, background=False),
+    )
+    with pytest.raises(datareel.DatareelError, match="not among its input samples"):
+        next(iter(bad))
