@@ -81,6 +81,7 @@ class DatasetSpec:
     open_kwargs: dict[str, Any] = field(default_factory=dict)
     reset_after_epoch: bool = False  # LimitDataset(..., reset_after_epoch=True): every limited pass starts afresh
     packing_buffer_size: int | None = None  # online packing: windows of this many input samples
+    handler: Any = None  # Energon's error handler: told of every failing sample (see EnergonLoader)
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
                 f"keyed permutation (no buffers), so order and restore do not depend on it",
             )
     open_kwargs = {k: kwargs.pop(k) for k in ("split_config", "dataset_config", "image_decode") if k in kwargs}
-    if "handler" in kwargs:  # Energon's error handler: told of every failing sample (see EnergonLoader)
+    if "handler" in kwargs:  # not an argument of open_dataset: get_*_dataset moves it to DatasetSpec.handler
         open_kwargs["handler"] = kwargs.pop("handler")
     if "subflavors" in kwargs:
         open_kwargs["subflavors"] = kwargs.pop("subflavors")
@@ -159,6 +160,7 @@ def get_train_dataset(
         virtual_epoch_length=virtual_epoch_length,
         open_kwargs=open_kwargs,
         packing_buffer_size=packing_buffer_size,
+        handler=open_kwargs.pop("handler", None),
     )
 
 
@@ -194,6 +196,7 @@ def get_val_dataset(
         limit=limit,
         open_kwargs=open_kwargs,
         packing_buffer_size=packing_buffer_size,
+        handler=open_kwargs.pop("handler", None),
     )
 
 

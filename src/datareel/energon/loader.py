@@ -54,7 +54,7 @@ class EnergonLoader:
         if getattr(spec.task_encoder, "decoder", "absent") is None:
             spec.open_kwargs.setdefault("decode", False)
         open_kwargs = dict(spec.open_kwargs)
-        handler = open_kwargs.pop("handler", None)
+        handler = spec.handler
         opened = isinstance(spec.path, (Source, Blend))  # get_val_datasets hands out opened sources
         dataset = spec.path if opened else open_dataset(spec.path, split=spec.split_part, **open_kwargs)
         self.spec, self.worker_config = spec, config

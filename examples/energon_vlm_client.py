@@ -1,0 +1,221 @@
+"""A vision-language training client written against Megatron-Energon's API, with the usage patterns of
+Megatron-LM's multimodal example (its dataloader provider and task encoder).
+
+Run it on Energon, or switch its one ``from megatron.energon import`` line to ``datareel.energon`` and
+pass ``--global-batch-size`` (datareel's one addition) to resume on another number of ranks:
+
+    torchrun --nproc-per-node=2 energon_vlm_client.py DATASET OUT --steps 6 --save-at 3 [--pack] [--workers 1]
+    torchrun --nproc-per-node=4 energon_vlm_client.py DATASET OUT --steps 3 --load [--pack] --global-batch-size 8
+
+Patterns: a typed captioning dataset read with ``image_decode="pil"`` and a ``handler``; a generator
+``encode_sample`` under ``@stateless(restore_seeds=True)`` drawing from ``np.random``; dataclass
+samples and batches; ``encode_batch`` through ``dataclasses.asdict``; with ``--pack``, online packing
+(``packing_buffer_size``) with a greedy knapsack over an encoded length in ``select_samples_to_pack``
+and a ``@stateless`` ``pack_selected_samples``; ``virtual_epoch_length``; validation datasets in
+``LimitDataset(RepeatDataset(...), reset_after_epoch=True)`` under a cyclic iterator; the loader
+state saved into one file per data-parallel rank and restored where a file exists.
+
+Writes OUT/train-RANK.json (per micro-step: keys, token sums), OUT/val-RANK.json, and at ``--save-at``
+OUT/state/dataloader-RANK.pt.
+"""
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from megatron.energon import (  # the import line
+    Batch,
+    CaptioningSample,
+    DefaultTaskEncoder,
+    LimitDataset,
+    RepeatDataset,
+    Sample,
+    WorkerConfig,
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_datasets,
+    stateless,
+)
+
+MICRO_BATCH = 2
+SEQ_LENGTH = 48  # packing capacity (tokens)
+TILE_TOKENS = 4
+
+
+@dataclasses.dataclass
+class ImageTaskSample(Sample):
+    imgs: torch.Tensor  # (tiles, 3, 4, 4)
+    tokens: torch.Tensor  # (length,)
+    total_len: int
+
+
+@dataclasses.dataclass
+class ImageTaskBatch(Batch):
+    imgs: torch.Tensor  # (samples, max tiles, 3, 4, 4)
+    tokens: torch.Tensor  # (samples, max length), zero-padded
+    lengths: torch.Tensor  # (samples,)
+
+
+def print_error_handler(exc, key, sources=None):
+    print(f"sample {key} failed: {exc!r}", flush=True)
+
+
+class TaskEncoder(DefaultTaskEncoder[CaptioningSample, ImageTaskSample, ImageTaskBatch, dict]):
+    """Tiles each image (how many tiles depends on its size and a random augmentation), tokenises the
+    caption, and with packing fills sequences of SEQ_LENGTH tokens with a greedy knapsack."""
+
+    def __init__(self, packing: bool):
+        super().__init__()
+        self.packing = packing
+
+    @stateless(restore_seeds=True)
+    def encode_sample(self, sample: CaptioningSample):
+        if isinstance(sample, CaptioningSample):
+            image = torch.from_numpy(np.asarray(sample.image, dtype=np.float32)).permute(2, 0, 1) / 255.0
+            tiles = 1 + (image.shape[1] * image.shape[2]) // 40 + int(np.random.randint(0, 2))  # augmentation
+            imgs = torch.stack([image[:, :4, :4] + float(np.random.rand()) for _ in range(tiles)])
+            words = sample.caption.split()
+            tokens = torch.tensor([len(w) * 31 % 97 for w in words] + [int(np.random.randint(0, 1000))])
+            yield ImageTaskSample(
+                __key__=sample.__key__,
+                __restore_key__=sample.__restore_key__,
+                __subflavors__=sample.__subflavors__,
+                imgs=imgs,
+                tokens=tokens,
+                total_len=len(tokens) + tiles * TILE_TOKENS,
+            )
+        else:
+            raise NotImplementedError(f"unsupported sample type {type(sample)}")
+
+    def select_samples_to_pack(self, samples):
+        """Greedy knapsack over the encoded length (largest first), Megatron-style."""
+        order = sorted(samples, key=lambda s: s.total_len, reverse=True)
+        packs, current, filled = [], [], 0
+        for s in order:
+            if current and filled + s.total_len > SEQ_LENGTH:
+                packs.append(current)
+                current, filled = [], 0
+            current.append(s)
+            filled += s.total_len
+        if current:
+            packs.append(current)
+        return packs
+
+    @stateless
+    def pack_selected_samples(self, samples):
+        return ImageTaskSample(
+            __key__=",".join(s.__key__ for s in samples),
+            __restore_key__=(),
+            __subflavors__=samples[0].__subflavors__,
+            imgs=torch.cat([s.imgs for s in samples]),
+            tokens=torch.cat([s.tokens for s in samples]),
+            total_len=sum(s.total_len for s in samples),
+        )
+
+    def batch(self, samples):
+        longest = max(len(s.tokens) for s in samples)
+        tiles = max(len(s.imgs) for s in samples)
+        tokens = torch.zeros(len(samples), longest, dtype=torch.int64)
+        imgs = torch.zeros(len(samples), tiles, 3, 4, 4)
+        for i, s in enumerate(samples):
+            tokens[i, : len(s.tokens)] = s.tokens
+            imgs[i, : len(s.imgs)] = s.imgs
+        return ImageTaskBatch(
+            __key__=[s.__key__ for s in samples],
+            __restore_key__=(),
+            __subflavors__=[s.__subflavors__ for s in samples],
+            imgs=imgs,
+            tokens=tokens,
+            lengths=torch.tensor([s.total_len for s in samples]),
+        )
+
+    def encode_batch(self, batch: ImageTaskBatch) -> dict:
+        return dataclasses.asdict(batch)
+
+
+def cyclic_iter(iterable):
+    while True:
+        yield from iterable
+
+
+def record(batch):
+    return {"keys": list(batch["__key__"]), "tokens": batch["tokens"].sum().item(), "imgs": batch["imgs"].sum().item()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dataset")
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, required=True, help="global batches to train")
+    parser.add_argument("--save-at", type=int, default=None, help="save per-rank state files after this many")
+    parser.add_argument("--load", action="store_true", help="restore from per-rank state files where present")
+    parser.add_argument("--pack", action="store_true")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--global-batch-size", type=int, default=None)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = Path(args.out)
+    (out / "state").mkdir(parents=True, exist_ok=True)
+
+    worker_config = WorkerConfig.default_worker_config(num_workers=args.workers)
+    extra = {} if args.global_batch_size is None else {"global_batch_size": args.global_batch_size}
+    global_batch = args.global_batch_size or MICRO_BATCH * world
+    common = dict(
+        worker_config=worker_config,
+        batch_size=MICRO_BATCH,
+        task_encoder=TaskEncoder(args.pack),
+        packing_buffer_size=16 if args.pack else None,
+        handler=print_error_handler,
+        image_decode="pil",
+    )
+    train_ds = get_train_dataset(
+        args.dataset,
+        split_part="train",
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=100,
+        virtual_epoch_length=5,
+        **common,
+        **extra,
+    )
+    train_loader = get_savable_loader(train_ds)
+    state_file = out / "state" / f"dataloader-{rank}.pt"
+    if args.load and state_file.exists():  # Megatron restores only where this rank's file exists
+        train_loader.restore_state_rank(torch.load(state_file, weights_only=False))
+    val_loaders = [
+        get_loader(
+            LimitDataset(
+                RepeatDataset(val_ds, worker_config=worker_config),
+                length=2,
+                worker_config=worker_config,
+                reset_after_epoch=True,
+            ),
+            worker_config=worker_config,
+        )
+        for val_ds, _source in get_val_datasets(args.dataset, split_part="val", **common)
+    ]
+    val_iters = [cyclic_iter(loader) for loader in val_loaders]
+
+    micro_steps = global_batch // (MICRO_BATCH * world)
+    train_iter = cyclic_iter(train_loader)
+    trained, evaluated = [], []
+    for step in range(args.steps):
+        trained.append([record(next(train_iter)) for _ in range(micro_steps)])
+        if step % 2 == 1:
+            evaluated.append([record(next(it)) for it in val_iters for _ in range(2)])
+        if args.save_at is not None and step + 1 == args.save_at:
+            torch.save(train_loader.save_state_rank(), state_file)
+            dist.barrier()
+    (out / f"train-{rank}.json").write_text(json.dumps(trained))
+    (out / f"val-{rank}.json").write_text(json.dumps(evaluated))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

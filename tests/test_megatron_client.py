@@ -1,0 +1,110 @@
+"""Acceptance: a Megatron-style Energon client (examples/energon_vlm_client.py) runs on Energon 7.4.1 and,
+with only its import line switched and global_batch_size added, on datareel: saved on 2 ranks through
+per-rank state files, it resumes on 1 and on 4 ranks (other worker counts) with the uninterrupted run's
+global batches, with packing off and on."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from datareel.testing.launch import free_port
+from wds_helpers import ENERGON, write_shard
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "examples" / "energon_vlm_client.py"
+G = 8
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def captions(tmp_path_factory):
+    """A captioning dataset (images of several sizes) prepared by Energon's own CLI, 80/20 train/val."""
+    root = tmp_path_factory.mktemp("vlm")
+    rng = np.random.default_rng(0)
+    for s in range(3):
+        samples = []
+        for i in range(s * 20, s * 20 + 20):
+            h, w = int(rng.integers(4, 12)), int(rng.integers(4, 12))
+            image = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(image, format="png")
+            words = " ".join(f"w{int(x)}" * int(x % 3 + 1) for x in rng.integers(0, 50, int(rng.integers(2, 9))))
+            samples.append((f"img{i:03d}", {"png": image.getvalue(), "txt": f"caption {i}: {words}".encode()}))
+        write_shard(root / f"shard-{s}.tar", samples)
+    cmd = [
+        ENERGON, "prepare", str(root), "--non-interactive", "--split-ratio=8,2,0",
+        "--sample-type=CaptioningSample", '--field-map={"image": "png", "caption": "txt"}',
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory):
+    """The client with only its import line switched to datareel.energon."""
+    original = SCRIPT.read_text()
+    changed = original.replace("from megatron.energon import (  # the import line", "from datareel.energon import (")
+    assert sum(a != b for a, b in zip(original.splitlines(), changed.splitlines())) == 1
+    path = tmp_path_factory.mktemp("client") / "client.py"
+    path.write_text(changed)
+    return path
+
+
+def torchrun(script: Path, nproc: int, dataset: Path, out: Path, *args: str) -> None:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+        "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), str(dataset), str(out), *args,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def global_batches(out: Path, world: int) -> list[list]:
+    """Per global batch: every micro-batch record in reel order (micro-step by micro-step, ranks in order)."""
+    ranks = [json.loads((out / f"train-{r}.json").read_text()) for r in range(world)]
+    return [
+        [ranks[r][step][a] for a in range(len(ranks[0][step])) for r in range(world)] for step in range(len(ranks[0]))
+    ]
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["packing-off", "packing-on"])
+def test_the_client_runs_on_energon(captions, tmp_path, pack):
+    out = tmp_path / "energon"
+    torchrun(SCRIPT, 2, captions, out, "--steps", "4", *(["--pack"] if pack else []))
+    batches = global_batches(out, 2)
+    assert len(batches) == 4 and all(len(r["keys"]) == 2 for b in batches for r in b)
+    if pack:
+        assert any("," in k for b in batches for r in b for k in r["keys"])  # some packs hold several samples
+    assert json.loads((out / "val-0.json").read_text())
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["packing-off", "packing-on"])
+def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(captions, ours, tmp_path, pack):
+    flags = ["--global-batch-size", str(G), *(["--pack"] if pack else [])]
+    first = tmp_path / "w2"
+    torchrun(ours, 2, captions, first, "--steps", "6", "--save-at", "3", "--workers", "1", *flags)
+    reference = global_batches(first, 2)
+    assert len(reference) == 6 and sorted((first / "state").iterdir())
+    if pack:
+        assert any("," in k for b in reference for r in b for k in r["keys"])
+    for world, workers in ((1, 2), (4, 0)):
+        out = tmp_path / f"w{world}"
+        shutil.copytree(first / "state", out / "state")  # rank files 0 and 1 only: ranks 2, 3 find none
+        torchrun(ours, world, captions, out, "--steps", "3", "--load", "--workers", str(workers), *flags)
+        resumed = [[r for r in batch] for batch in global_batches(out, world)]
+        flat = [[(k, r["tokens"], r["imgs"]) for r in b for k in r["keys"]] for b in resumed]
+        expected = [[(k, r["tokens"], r["imgs"]) for r in b for k in r["keys"]] for b in reference[3:]]
+        assert [[k for k, *_ in b] for b in flat] == [[k for k, *_ in b] for b in expected], f"keys on {world} ranks"
+        assert flat == expected, f"augmentation differs on {world} ranks"
+        evals = json.loads((out / "val-0.json").read_text())
+        assert len(evals) >= 1 and all(e == evals[0] for e in evals)  # LimitDataset(reset_after_epoch): same batches
