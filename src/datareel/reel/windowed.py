@@ -22,6 +22,7 @@ import logging
 import multiprocessing
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,7 +32,7 @@ from ..errors import DatareelError, check_int
 from ..plan.nodes import ReelPlan
 from ..sources.base import Source
 from .base import Descriptor
-from .packed import Pack, PackedReel
+from .packed import CACHED_WINDOWS, Pack, PackedReel
 
 log = logging.getLogger("datareel")
 AHEAD = 2
@@ -115,7 +116,7 @@ class WindowedReel(PackedReel):
     ):
         self.plan, self.sources, self.stage, self.pass_length = plan, sources, stage, pass_length
         self.window_size, self.planner = stage.window, planner
-        self._cache: dict[int, list[Pack]] = {}
+        self._cache: OrderedDict[int, list[Pack]] = OrderedDict()
         self._dropped: dict[int, int] = {}
         self._packs_in_pass: int | None = None
         self._digest: str | None = None
@@ -157,8 +158,8 @@ class WindowedReel(PackedReel):
             log.debug("the windowed stage left out %d inputs of window %d (skipped or not packed)", plan.skipped, w)
             self._dropped[w] = plan.skipped
         self._cache[w] = plan.items
-        while len(self._cache) > 8:
-            self._cache.pop(next(iter(self._cache)))
+        while len(self._cache) > CACHED_WINDOWS:
+            self._cache.popitem(last=False)
         return plan.items
 
     def _inputs_of(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
