@@ -1,8 +1,8 @@
 """A vision-language training client written against Megatron-Energon's API, with the usage patterns of
 Megatron-LM's multimodal example (its dataloader provider and task encoder).
 
-Run it on Energon, or switch its one ``from megatron.energon import`` line to ``datareel.energon`` and
-pass ``--global-batch-size`` (datareel's one addition) to resume on another number of ranks:
+Run it on Energon, or switch its Megatron-Energon imports to ``datareel.energon`` and pass
+``--global-batch-size`` (datareel's one addition) to resume on another number of ranks:
 
     torchrun --nproc-per-node=2 energon_vlm_client.py DATASET OUT --steps 6 --save-at 3 [--pack] [--workers 1]
     torchrun --nproc-per-node=4 energon_vlm_client.py DATASET OUT --steps 3 --load [--pack] --global-batch-size 8
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from megatron.energon import (  # the import line
+from megatron.energon import (
     Batch,
     CaptioningSample,
     DefaultTaskEncoder,
@@ -39,8 +39,8 @@ from megatron.energon import (  # the import line
     get_savable_loader,
     get_train_dataset,
     get_val_datasets,
-    stateless,
 )
+from megatron.energon.task_encoder.base import stateless
 
 MICRO_BATCH = 2
 SEQ_LENGTH = 48  # packing capacity (tokens)

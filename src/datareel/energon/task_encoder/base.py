@@ -1,5 +1,5 @@
-"""Energon's task-encoder toolkit, written for datareel: ``TaskEncoder`` / ``DefaultTaskEncoder`` (usable
-as generics), ``Batch``, ``stateless``, ``Cooker`` / ``cooker``, the batching helpers and error handlers.
+"""Energon's task-encoder base, written for datareel: ``TaskEncoder`` / ``DefaultTaskEncoder`` (usable
+as generics), ``Batch``, ``stateless``, the batching helpers and error handlers.
 
 Only the behaviour a training script sees is reproduced (names, signatures,
 default batching); Energon's pipeline classes are not.  Which hooks datareel
@@ -15,7 +15,8 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from ..sources.typed import Sample, _Fields, edataclass
+from ...sources.typed import Sample, _Fields, edataclass
+from .cooking import Cooker
 
 log = logging.getLogger("datareel")
 
@@ -43,46 +44,6 @@ def stateless(
 
 def get_stateless(fn: Callable[..., Any]) -> bool:
     return bool(getattr(fn, "__stateless__", False))
-
-
-def cooker(fn: F | None = None, *, need_cache: bool = False, need_primary: bool = False) -> Any:
-    """Marks a cook function (``need_cache`` / ``need_primary`` auxiliary data is refused when the
-    loader starts: datareel's cookers get the crude sample only)."""
-    if fn is None:
-        return lambda f: cooker(f, need_cache=need_cache, need_primary=need_primary)
-    fn.__cooker_need_cache__ = need_cache  # type: ignore[attr-defined]
-    fn.__cooker_need_primary__ = need_primary  # type: ignore[attr-defined]
-    return fn
-
-
-@dataclasses.dataclass
-class Cooker(Generic[T_sample]):
-    """Turns a crude sample (a dict) into a typed one: ``cook(crude) -> sample``, for crude samples whose
-    ``__subflavors__`` hold every item of ``has_subflavors`` (``None``: every crude sample)."""
-
-    cook: Callable[..., T_sample]
-    has_subflavors: dict[str, Any] | None = None
-
-    @property
-    def need_primary(self) -> bool:
-        return bool(getattr(self.cook, "__cooker_need_primary__", False))
-
-    @property
-    def need_cache(self) -> bool:
-        return bool(getattr(self.cook, "__cooker_need_cache__", False))
-
-    def is_match(self, subflavors: dict[str, Any] | None) -> bool:
-        subflavors = subflavors or {}
-        return all(k in subflavors and subflavors[k] == v for k, v in (self.has_subflavors or {}).items())
-
-
-def basic_sample_keys(crude_sample: dict[str, Any], additional_source_info: tuple[Any, ...] = ()) -> dict[str, Any]:
-    """The base fields (``__key__``, ``__restore_key__``, ``__subflavors__``, ``__sources__``) of a crude
-    sample, to pass on to the cooked one."""
-    out = {f.name: crude_sample[f.name] for f in dataclasses.fields(Sample) if f.name in crude_sample}
-    if additional_source_info:
-        out["__sources__"] = (*(crude_sample.get("__sources__") or ()), *additional_source_info)
-    return out
 
 
 # -- batching helpers (Energon's names and behaviour) -----------------------------------------------------
@@ -140,7 +101,7 @@ class Batch(_Fields):
 
     @classmethod
     def from_samples(cls, samples: Sequence[Any], **kwargs: Any) -> Any:
-        """A batch of ``samples`` (dataclasses): each field listed, tensors pad-stacked."""
+        """A batch of ``samples`` (dataclasses): each field a list of the samples' values (as in Energon)."""
         args: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             if not field.init:
@@ -153,11 +114,8 @@ class Batch(_Fields):
             elif field.name == "__subflavors__":
                 if any(getattr(s, "__subflavors__", None) is not None for s in samples):
                     args[field.name] = [s.__subflavors__ for s in samples if s.__subflavors__]
-            elif field.name == "__restore_key__":
-                args[field.name] = tuple(getattr(s, "__restore_key__", ()) for s in samples)
-            else:
-                values = [getattr(s, field.name) for s in samples]
-                args[field.name] = batch_pad_stack(values) if values and isinstance(values[0], torch.Tensor) else values
+            else:  # Energon 7.4.1 lists every other field (tensors too): code written for it expects lists
+                args[field.name] = [getattr(s, field.name) for s in samples]
         return cls(**args)
 
 
