@@ -41,6 +41,7 @@ from megatron.energon import (
     get_val_datasets,
 )
 from megatron.energon.task_encoder.base import stateless
+from PIL import Image
 
 MICRO_BATCH = 2
 SEQ_LENGTH = 48  # packing capacity (tokens)
@@ -69,12 +70,16 @@ class TaskEncoder(DefaultTaskEncoder[CaptioningSample, ImageTaskSample, ImageTas
     """Tiles each image (how many tiles depends on its size and a random augmentation), tokenises the
     caption, and with packing fills sequences of SEQ_LENGTH tokens with a greedy knapsack."""
 
-    def __init__(self, packing: bool):
+    def __init__(self, packing: bool, fail_key: str | None = None):
         super().__init__()
-        self.packing = packing
+        self.packing, self.fail_key = packing, fail_key
 
     @stateless(restore_seeds=True)
     def encode_sample(self, sample: CaptioningSample):
+        if sample.__key__ == self.fail_key:  # a damaged sample: the handler is told, the sample is skipped
+            raise ValueError(f"cannot decode {sample.__key__}")
+        if not isinstance(sample.image, Image.Image):
+            raise TypeError(f"image_decode='pil' should give PIL images, got {type(sample.image)}")
         if isinstance(sample, CaptioningSample):
             image = torch.from_numpy(np.asarray(sample.image, dtype=np.float32)).permute(2, 0, 1) / 255.0
             tiles = 1 + (image.shape[1] * image.shape[2]) // 40 + int(np.random.randint(0, 2))  # augmentation
@@ -157,6 +162,7 @@ def main():
     parser.add_argument("--pack", action="store_true")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--global-batch-size", type=int, default=None)
+    parser.add_argument("--fail-key", default=None, help="a sample key whose encoding fails (handler test)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -169,7 +175,7 @@ def main():
     common = dict(
         worker_config=worker_config,
         batch_size=MICRO_BATCH,
-        task_encoder=TaskEncoder(args.pack),
+        task_encoder=TaskEncoder(args.pack, args.fail_key),
         packing_buffer_size=16 if args.pack else None,
         handler=print_error_handler,
         image_decode="pil",

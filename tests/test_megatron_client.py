@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import datareel
 from datareel.testing.launch import free_port
 from wds_helpers import ENERGON, write_shard
 
@@ -61,13 +62,14 @@ def ours(tmp_path_factory):
     return path
 
 
-def torchrun(script: Path, nproc: int, dataset: Path, out: Path, *args: str) -> None:
+def torchrun(script: Path, nproc: int, dataset: Path, out: Path, *args: str) -> str:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
         "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), str(dataset), str(out), *args,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
 
 
 def global_batches(out: Path, world: int) -> list[list]:
@@ -91,21 +93,25 @@ def test_the_client_runs_on_energon(captions, tmp_path, pack):
 
 @pytest.mark.parametrize("pack", [False, True], ids=["packing-off", "packing-on"])
 def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(captions, ours, tmp_path, pack):
-    flags = ["--global-batch-size", str(G), *(["--pack"] if pack else [])]
+    train = datareel.open_dataset(captions, split="train")
+    damaged = train.key(5)  # its encoding fails: the handler is told, the sample skipped
+    flags = ["--global-batch-size", str(G), "--fail-key", damaged, *(["--pack"] if pack else [])]
     first = tmp_path / "w2"
-    torchrun(ours, 2, captions, first, "--steps", "6", "--save-at", "3", "--workers", "1", *flags)
+    stdout = torchrun(ours, 2, captions, first, "--steps", "7", "--save-at", "3", "--workers", "1", *flags)
     reference = global_batches(first, 2)
-    assert len(reference) == 6 and sorted((first / "state").iterdir())
+    assert len(reference) == 7 and sorted((first / "state").iterdir())
+    keys = [k for b in reference for r in b for key in r["keys"] for k in key.split(",")]
+    assert f"sample {damaged} failed" in stdout and damaged not in keys and len(set(keys)) == len(train) - 1
     if pack:
         assert any("," in k for b in reference for r in b for k in r["keys"])
+    evals = json.loads((first / "val-0.json").read_text())
+    assert len(evals) == 3 and evals[0] == evals[1] == evals[2]  # LimitDataset(reset_after_epoch): same batches
     for world, workers in ((1, 2), (4, 0)):
         out = tmp_path / f"w{world}"
         shutil.copytree(first / "state", out / "state")  # rank files 0 and 1 only: ranks 2, 3 find none
-        torchrun(ours, world, captions, out, "--steps", "3", "--load", "--workers", str(workers), *flags)
-        resumed = [[r for r in batch] for batch in global_batches(out, world)]
+        torchrun(ours, world, captions, out, "--steps", "4", "--load", "--workers", str(workers), *flags)
+        resumed = global_batches(out, world)
         flat = [[(k, r["tokens"], r["imgs"]) for r in b for k in r["keys"]] for b in resumed]
         expected = [[(k, r["tokens"], r["imgs"]) for r in b for k in r["keys"]] for b in reference[3:]]
         assert [[k for k, *_ in b] for b in flat] == [[k for k, *_ in b] for b in expected], f"keys on {world} ranks"
         assert flat == expected, f"augmentation differs on {world} ranks"
-        evals = json.loads((out / "val-0.json").read_text())
-        assert len(evals) >= 1 and all(e == evals[0] for e in evals)  # LimitDataset(reset_after_epoch): same batches

@@ -18,6 +18,7 @@ from a generator keyed by ``(seed, position)`` — the same on every topology.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ class ExecOptions:
         check_choice(on_error, "on_error", ON_ERROR)
         if handler is not None and not callable(handler):
             raise OptionError(f"error_handler={handler!r} must be a function (exception, sample key) -> None")
+        if handler is not None and _required_positionals(handler) >= 3:  # Energon's (exc, sample, sources)
+            handler = _WithSources(handler)
         return cls(
             seed=seed,
             reseed_global=bool(reseed_global),
@@ -62,6 +65,25 @@ class ExecOptions:
             max_length=getattr(packing, "max_length", None),
             handler=handler,
         )
+
+
+def _required_positionals(fn: Callable[..., Any]) -> int:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
+@dataclass(frozen=True)
+class _WithSources:
+    """A handler with Energon's three required arguments, called as ``handler(exception, key, None)``."""
+
+    handler: Callable[..., Any]
+
+    def __call__(self, exc: Exception, key: str) -> Any:
+        return self.handler(exc, key, None)
 
 
 class BatchMaker(Dataset):
@@ -86,10 +108,12 @@ class BatchMaker(Dataset):
         return self.encoder.cook(raw)
 
     def _attempt(self, position: int, source_id: int, index: int) -> Any:
+        """Outside the windowed stage: the first stage, then ``postencode_sample`` (if any) as output 0."""
         raw = self._read(source_id, index)
         reseed = self.options.reseed_global or bool({"encode_sample", "preencode_sample"} & self.encoder.reseeds)
         with sample_context(self.options.seed, position, reseed_global=reseed):
-            return self.encoder.encode_one(raw)
+            out = self.encoder.first(raw)
+        return self.post(position, 0, out)
 
     def first_stage(self, position: int, source_id: int, index: int) -> list[Any]:
         """The windowed stage's first half for one input: its outputs (raises what the sample raised)."""

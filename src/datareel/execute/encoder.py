@@ -149,7 +149,7 @@ class ResolvedEncoder:
         if encoder is not None and _is_energon(encoder):
             self._check_energon(encoder, packing, online)
         pre, post = user.get("preencode_sample"), user.get("postencode_sample")
-        if pre is not None and not _base_defined(encoder, "encode_sample"):
+        if pre is not None and _overrides(encoder, "encode_sample"):
             raise OptionError(
                 f"task encoder {type(encoder).__name__} defines both encode_sample and preencode_sample; define "
                 f"encode_sample, or preencode_sample + postencode_sample"
@@ -217,11 +217,6 @@ class ResolvedEncoder:
         """The first stage's outputs for one sample (a generator's, in order; else exactly one)."""
         result = self.first(sample)
         return list(result) if self.windowed else [result]
-
-    def encode_one(self, sample: Any) -> Any:
-        """The whole per-sample encoding outside the windowed stage: ``post(first(sample))``."""
-        out = self.first(sample)
-        return self.post(out) if self.post is not None else out
 
     @staticmethod
     def _check_energon(encoder: Any, packing: Any, online: bool) -> None:

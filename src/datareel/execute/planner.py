@@ -6,8 +6,10 @@ the position's seed, exactly as a worker will; the outputs of the window are
 the concatenation.  With online packing the user's ``select_samples_to_pack``
 gets that list (under a seed keyed by the window) and its groups become the
 window's packs.  Inputs that yield nothing (a generator that yields nothing,
-``SkipSample``, or a failure while a ``handler`` is set) and outputs no pack
-selects are left out and counted.
+``SkipSample``, or a failure while a ``handler`` is set or ``on_error`` is
+``"substitute"``) and outputs no pack selects are left out and counted; the
+failures go back with the plan, and the handler is told of them in the
+training process, once per window.
 
 The planner is what a background planning process runs; it holds the sources
 and the encoder, never the loader.
@@ -16,6 +18,7 @@ and the encoder, never the loader.
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from typing import Any
 
@@ -47,8 +50,9 @@ class EncoderPlanner:
         owner: list[int] = []  # owner[j]: the window input output j came from
         number: list[int] = []  # number[j]: which of that input's outputs it is
         empty = 0
+        failures: list[tuple[BaseException, str]] = []
         for j, (p, s, i) in enumerate(zip(positions.tolist(), source_ids.tolist(), indices.tolist())):
-            outputs = self._outputs(window, p, s, i)
+            outputs = self._outputs(window, p, s, i, failures)
             empty += not outputs
             encoded += outputs
             owner += [j] * len(outputs)
@@ -59,9 +63,11 @@ class EncoderPlanner:
         items = make_items(
             groups, positions[owners], source_ids[owners], indices[owners], np.asarray(number, dtype=np.int64)
         )
-        return WindowPlan(items, empty + left_out, time.perf_counter() - started)
+        return WindowPlan(items, empty + left_out, time.perf_counter() - started, failures)
 
-    def _outputs(self, window: int, position: int, source_id: int, index: int) -> list[Any]:
+    def _outputs(
+        self, window: int, position: int, source_id: int, index: int, failures: list[tuple[BaseException, str]]
+    ) -> list[Any]:
         maker = self.maker
         try:
             return maker.first_stage(position, source_id, index)
@@ -71,10 +77,15 @@ class EncoderPlanner:
             where = maker._where(position, source_id, index)
             if maker.options.handler is None and maker.options.on_error == "raise":
                 raise DatareelError(f"planning window {window}: {where} failed: {exc!r}") from exc
-            if maker.options.handler is not None:
-                maker.options.handler(exc, maker._key(source_id, index))  # may raise: then planning stops
-            log.warning("planning window %d: %s failed (%r); it is left out", window, where, exc)
+            failures.append((_picklable(exc), maker._key(source_id, index)))
             return []
+
+    def report(self, window: int, failures: list[tuple[BaseException, str]]) -> None:
+        handler = self.maker.options.handler
+        for exc, key in failures:
+            if handler is not None:
+                handler(exc, key)  # may raise: then the loader stops with it, as in Energon
+            log.warning("planning window %d: sample %r failed (%r); it is left out", window, key, exc)
 
     def _select(self, window: int, encoded: list[Any]) -> list[list[int]]:
         """``select_samples_to_pack`` over the window's outputs, as lists of output numbers."""
@@ -97,3 +108,13 @@ class EncoderPlanner:
             if numbers:
                 groups.append(numbers)
         return groups
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling (it crosses from the planning process), else a ``DatareelError``
+    with its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return DatareelError(f"{type(exc).__name__}: {exc}")

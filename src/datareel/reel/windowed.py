@@ -17,13 +17,12 @@ planning process per loader, a few windows ahead of the training thread.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import logging
 import multiprocessing
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -69,11 +68,13 @@ class WindowedStage:
 
 @dataclass(frozen=True)
 class WindowPlan:
-    """A planned window: its items in order, the inputs left out, and the seconds planning took."""
+    """A planned window: its items in order; how many were left out (inputs that gave no output, and
+    outputs no pack took); the failures to report (exception, sample key); the seconds planning took."""
 
     items: list[Pack]
     skipped: int
     seconds: float
+    failures: list[tuple[BaseException, str]] = field(default_factory=list)
 
 
 class WindowPlanner(Protocol):
@@ -84,7 +85,11 @@ class WindowPlanner(Protocol):
         ...
 
     def fingerprint(self) -> dict[str, Any]:
-        """What a restore must find unchanged besides the plans (the encoder's hooks, by name)."""
+        """What a restore must find unchanged (the encoder's class, by name)."""
+        ...
+
+    def report(self, window: int, failures: list[tuple[BaseException, str]]) -> None:
+        """Tell the user of the samples that failed while ``window`` was planned (in the training process)."""
         ...
 
 
@@ -118,8 +123,8 @@ class WindowedReel(PackedReel):
         self.window_size, self.planner = stage.window, planner
         self._cache: OrderedDict[int, list[Pack]] = OrderedDict()
         self._dropped: dict[int, int] = {}
+        self._reported: set[int] = set()
         self._packs_in_pass: int | None = None
-        self._digest: str | None = None
         self._context = multiprocessing_context
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
         self._futures: dict[int, concurrent.futures.Future[WindowPlan]] = {}
@@ -129,19 +134,9 @@ class WindowedReel(PackedReel):
 
     # -- the Reel protocol ------------------------------------------------------------------------
     def spec(self) -> dict[str, Any]:
-        return {"stage": {"window": self.window_size, "pack": self.stage.pack, **self.planner.fingerprint(),
-                          "plan": self._plan_digest()}}  # fmt: skip
-
-    def _plan_digest(self) -> str:
-        """A digest of window 0's items: a changed encoder behind the same names is caught on restore."""
-        if self._digest is None:
-            digest = hashlib.blake2b(digest_size=8)
-            for item in self.window(0):
-                for array in (item.positions, item.outputs if item.outputs is not None else np.zeros(0)):
-                    digest.update(np.asarray(array, dtype="<i8").tobytes())
-                digest.update(b"|")
-            self._digest = digest.hexdigest()
-        return self._digest
+        """The window, the packing mode and the encoder class: never a plan (saving or restoring must not
+        plan windows besides the cursor's)."""
+        return {"stage": {"window": self.window_size, "pack": self.stage.pack, **self.planner.fingerprint()}}
 
     def close(self) -> None:
         """Stop the planning process (a later window starts a new one)."""
@@ -152,11 +147,15 @@ class WindowedReel(PackedReel):
     # -- windows ----------------------------------------------------------------------------------
     def window(self, w: int) -> list[Pack]:
         if w in self._cache:
+            self._cache.move_to_end(w)
             return self._cache[w]
         plan = self._plan(w)
-        if plan.skipped and w not in self._dropped:
-            log.debug("the windowed stage left out %d inputs of window %d (skipped or not packed)", plan.skipped, w)
-            self._dropped[w] = plan.skipped
+        if w not in self._reported:  # a window planned again (evicted, restored) is reported once
+            self._reported.add(w)
+            self.planner.report(w, plan.failures)  # the user's handler runs here, in the training process
+            if plan.skipped:
+                log.debug("the windowed stage left out %d items of window %d", plan.skipped, w)
+                self._dropped[w] = plan.skipped
         self._cache[w] = plan.items
         while len(self._cache) > CACHED_WINDOWS:
             self._cache.popitem(last=False)
@@ -182,7 +181,14 @@ class WindowedReel(PackedReel):
                     self._futures[ahead] = self._submit(ahead)
             for stale in [v for v in self._futures if v < w or v > w + AHEAD]:
                 self._futures.pop(stale).cancel()
-            plan = future.result()
+            try:
+                plan = future.result()
+            except concurrent.futures.process.BrokenProcessPool as exc:
+                self.close()  # a later window starts a new planning process
+                raise DatareelError(
+                    f"the planning process of the windowed stage died while planning window {w} ({exc}); if it "
+                    f"was killed for memory, use smaller windows, or plan inline: WindowedStage(background=False)"
+                ) from exc
         self._planning += plan.seconds
         self._warn_if_slow()
         return plan
