@@ -318,3 +318,35 @@ def test_preencode_and_postencode_run_without_a_stage_and_postencode_is_reseeded
     first = run()
     np.random.seed(2)
     assert run() == first and len(set(first[0])) == 4
+
+
+class SlowPlanner:
+    """A planner that reports 2 s of planning per window (one output per input)."""
+
+    def fingerprint(self):
+        return {"encoder": "slow"}
+
+    def report(self, window, failures):
+        pass
+
+    def __call__(self, window, positions, source_ids, indices):
+        from datareel.reel.windowed import WindowPlan, make_items
+
+        groups = [[j] for j in range(len(positions))]
+        items = make_items(groups, positions, source_ids, indices, np.zeros(len(positions), dtype=np.int64))
+        return WindowPlan(items, 0, 2.0)
+
+
+def test_slow_planning_is_logged_once_with_the_cheaper_paths(caplog):
+    from datareel.blend import build_plan
+    from datareel.plan.layout import Layout
+    from datareel.reel import Cursor, WindowedReel
+
+    plan, sources = build_plan(records(50), seed=0, shuffle=True)
+    reel = WindowedReel(plan, sources, WindowedStage(window=5, background=False), SlowPlanner(), None)
+    with caplog.at_level("WARNING", logger="datareel"):
+        steps = reel.stream(Cursor(0, (0, 0)), Layout(global_batch_size=5, micro_batch_size=5, world_size=1), 0)
+        for _ in range(10):
+            next(steps)
+    warnings = [r.getMessage() for r in caplog.records if "spent" in r.getMessage()]
+    assert len(warnings) == 1 and "preencode_sample that only measures" in warnings[0] and "length index" in warnings[0]
