@@ -20,10 +20,10 @@ The layers (a module imports only from the ones listed above it)::
 
     errors.py   the exception types and argument checks
     plan/       L2 pure order math: permute, epochs, split, nodes (the reel plan), pack planning, layout
-    sources/    L1 random-access I/O: len(), read(i), key(i), describe(); filters; lengths (read side)
+    sources/    L1 random-access I/O: len(), read(i), key(i), describe(); filters; lengths; typed samples
     blend/      the dataset trees users compose: mix, mix_epochized, concat, metadataset, open_dataset
-    reel/       L3 Cursor + the Reel protocol (plain, packed): a rank's (descriptor, cursor after) stream
-    execute/    L4 worker side: descriptor -> batch; task-encoder protocol; per-sample randomness
+    reel/       L3 Cursor + the Reel protocol (plain, packed, windowed): a rank's (descriptor, cursor after) stream
+    execute/    L4 worker side: descriptor -> batch; task-encoder protocol; per-sample randomness; window planner
     state.py    the state format and fingerprint checks;  dist.py  torch.distributed
     loader.py   L5 DataLoader glue; the cursor queue; state_dict / load_state_dict
     energon/    Energon's loader API, sample types and task-encoder toolkit over datareel
