@@ -5,15 +5,19 @@ global batches, with packing off and on."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from PIL import Image
 
@@ -62,14 +66,29 @@ def ours(tmp_path_factory):
     return path
 
 
-def torchrun(script: Path, nproc: int, dataset: Path, out: Path, *args: str) -> str:
+def torchrun(script: Path, nproc: int, dataset: Path, out: Path, *args: str, timeout: float = 240) -> str:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
         "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), str(dataset), str(out), *args,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return proc.stdout
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # a hang: every process's Python stacks (faulthandler on SIGABRT), then fail
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        described = "\n".join(f"{p.pid} {p.status()} {' '.join(p.cmdline())[:160]}" for p in tree if p.is_running())
+        for p in reversed(tree):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(signal.SIGABRT)
+        time.sleep(5)
+        for p in [psutil.Process(proc.pid), *tree]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"torchrun {args} hung; processes:\n{described}\nstderr:\n{stderr[-20000:]}")
+    assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
+    return stdout
 
 
 def global_batches(out: Path, world: int) -> list[list]:

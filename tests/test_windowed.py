@@ -3,7 +3,10 @@ select_samples_to_pack, elastic at every micro-step (mid-window included) on oth
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import time
 
 import numpy as np
 import pytest
@@ -350,3 +353,40 @@ def test_slow_planning_is_logged_once_with_the_cheaper_paths(caplog):
             next(steps)
     warnings = [r.getMessage() for r in caplog.records if "spent" in r.getMessage()]
     assert len(warnings) == 1 and "preencode_sample that only measures" in warnings[0] and "length index" in warnings[0]
+
+
+class StuckInChild(SlowPlanner):
+    """Plans normally in the process that made it, and hangs in any other (a stuck planning process)."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+
+    def __call__(self, window, positions, source_ids, indices):
+        if os.getpid() != self.pid:
+            time.sleep(600)
+        plan = super().__call__(window, positions, source_ids, indices)
+        return dataclasses.replace(plan, seconds=0.0)
+
+
+def test_a_stuck_planning_process_is_stopped_and_the_window_planned_inline(caplog):
+    from datareel.blend import build_plan
+    from datareel.plan.layout import Layout
+    from datareel.reel import Cursor, WindowedReel
+
+    plan, sources = build_plan(records(30), seed=0, shuffle=True)
+    layout = Layout(global_batch_size=5, micro_batch_size=5, world_size=1)
+
+    def items(background):
+        stage = WindowedStage(window=5, background=background, plan_timeout=2)
+        reel = WindowedReel(plan, sources, stage, StuckInChild(), None)
+        steps = reel.stream(Cursor(0, (0, 0)), layout, 0)
+        out = [next(steps).descriptor.positions.tolist() for _ in range(8)]
+        reel.close()
+        return out, reel
+
+    with caplog.at_level("WARNING", logger="datareel"):
+        stuck, reel = items(True)
+    assert stuck == items(False)[0] and reel._inline
+    assert sum("gave no plan for window 0 within 2 s" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(OptionError, match="plan_timeout=0"):
+        WindowedStage(plan_timeout=0)

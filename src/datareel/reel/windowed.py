@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
-from ..errors import DatareelError, check_int
+from ..errors import DatareelError, OptionError, check_int
 from ..plan.nodes import ReelPlan
 from ..sources.base import Source
 from .base import Descriptor
@@ -48,6 +49,8 @@ class WindowedStage:
       window's encoded samples and workers call ``pack_selected_samples``.
     - ``background``: plan in a separate planning process (else on the thread that feeds the
       DataLoader).
+    - ``plan_timeout``: seconds to wait for the planning process's plan of a window; past it the
+      process is stopped and the loader plans inline (plans are pure, so only time is lost).
 
     A generator ``encode_sample`` (or ``preencode_sample``) always runs in this stage
     (``WindowedStage()`` is the default then).
@@ -61,9 +64,13 @@ class WindowedStage:
     window: int = 128
     pack: bool = False
     background: bool = True
+    plan_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "window", check_int(self.window, "window", minimum=1, where="WindowedStage"))
+        timeout = self.plan_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise OptionError(f"WindowedStage(plan_timeout={timeout!r}) must be a number of seconds > 0")
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,7 @@ _installed: WindowPlanner | None = None  # the planner of this planning process
 def _install(planner: WindowPlanner) -> None:
     global _installed
     _installed = planner
+    torch.set_num_threads(1)  # as in DataLoader workers: an OpenMP pool inherited through fork must not be used
 
 
 def _plan_installed(window: int, positions: np.ndarray, source_ids: np.ndarray, indices: np.ndarray) -> WindowPlan:
@@ -131,6 +139,7 @@ class WindowedReel(PackedReel):
         self._planning = 0.0  # seconds spent planning (in the planner)
         self._since: float | None = None  # when this reel first waited for a plan
         self._warned = False
+        self._inline = False  # set after a planning process timed out
 
     # -- the Reel protocol ------------------------------------------------------------------------
     def spec(self) -> dict[str, Any]:
@@ -138,11 +147,16 @@ class WindowedReel(PackedReel):
         plan windows besides the cursor's)."""
         return {"stage": {"window": self.window_size, "pack": self.stage.pack, **self.planner.fingerprint()}}
 
-    def close(self) -> None:
-        """Stop the planning process (a later window starts a new one)."""
+    def close(self, terminate: bool = False) -> None:
+        """Stop the planning process (a later window starts a new one); ``terminate``: also a stuck one."""
         executor, self._executor, self._futures = self._executor, None, {}
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        if executor is None:
+            return
+        processes = list(getattr(executor, "_processes", {}).values())  # the pool's own record of its process
+        executor.shutdown(wait=False, cancel_futures=True)
+        if terminate:
+            for process in processes:
+                process.terminate()
 
     # -- windows ----------------------------------------------------------------------------------
     def window(self, w: int) -> list[Pack]:
@@ -171,7 +185,7 @@ class WindowedReel(PackedReel):
     def _plan(self, w: int) -> WindowPlan:
         if self._since is None:
             self._since = time.perf_counter()
-        if not self.stage.background:
+        if not self.stage.background or self._inline:
             plan = self.planner(w, *self._inputs_of(w))
         else:
             future = self._futures.pop(w, None) or self._submit(w)
@@ -182,7 +196,18 @@ class WindowedReel(PackedReel):
             for stale in [v for v in self._futures if v < w or v > w + AHEAD]:
                 self._futures.pop(stale).cancel()
             try:
-                plan = future.result()
+                plan = future.result(timeout=self.stage.plan_timeout)
+            except concurrent.futures.TimeoutError:
+                # plans are pure: planning here gives the same items, so a stuck planning process costs time only
+                log.warning(
+                    "the planning process gave no plan for window %d within %.0f s (WindowedStage.plan_timeout); "
+                    "it is stopped and this loader plans inline from now on",
+                    w,
+                    self.stage.plan_timeout,
+                )
+                self.close(terminate=True)
+                self._inline = True
+                plan = self.planner(w, *self._inputs_of(w))
             except concurrent.futures.process.BrokenProcessPool as exc:
                 self.close()  # a later window starts a new planning process
                 raise DatareelError(
