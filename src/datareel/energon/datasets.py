@@ -204,7 +204,7 @@ def get_savable_loader(
     dataset: DatasetSpec,
     *,
     worker_config: WorkerConfig | None = None,
-    prefetch_factor: int = 2,
+    prefetch_factor: int | None = 2,
     agree_restored_state: bool = True,
     **kwargs: Any,
 ) -> EnergonLoader:
@@ -225,6 +225,8 @@ def get_savable_loader(
             )
     if kwargs:
         raise OptionError(f"get_savable_loader: datareel.energon cannot honour {sorted(kwargs)}")
+    if prefetch_factor is not None:
+        check_int(prefetch_factor, "prefetch_factor", minimum=1, where="get_savable_loader")
     if not isinstance(dataset, DatasetSpec):
         raise OptionError(
             f"get_savable_loader takes what datareel.energon.get_train_dataset / get_val_dataset return, got "

@@ -43,7 +43,11 @@ class EnergonLoader:
     """A datareel Loader with Energon's loader methods and iteration conventions."""
 
     def __init__(
-        self, spec: DatasetSpec, config: WorkerConfig, prefetch_factor: int, agree_restored_state: bool = True
+        self,
+        spec: DatasetSpec,
+        config: WorkerConfig,
+        prefetch_factor: int | None,
+        agree_restored_state: bool = True,
     ):
         if spec.batch_size is not None:
             check_int(spec.batch_size, "batch_size", minimum=1)

@@ -27,6 +27,9 @@ class WorkerOptions:
         check_int(self.num_workers, "num_workers")
         if self.prefetch_factor is not None:
             check_int(self.prefetch_factor, "prefetch_factor", minimum=1)
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise OptionError(f"timeout={timeout!r} must be a number of seconds >= 0 (0: wait forever)")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             raise OptionError(
                 f"prefetch_factor={self.prefetch_factor!r} and persistent_workers="

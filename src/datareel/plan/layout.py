@@ -104,5 +104,11 @@ class Layout:
 def _suggest(G: int, W: int) -> str:
     if G % W:
         return f" (world_size={W} itself does not divide {G}: change global_batch_size or world_size)"
-    ok = [m for m in range(1, G // W + 1) if (G // W) % m == 0]
-    return f"; micro_batch_size values that work with world_size={W}: {ok}"
+    per_rank = G // W
+    ok = [m for m in range(1, min(per_rank, SUGGEST_UP_TO) + 1) if per_rank % m == 0]  # bounded: G may be huge
+    more = ", ..." if per_rank > SUGGEST_UP_TO else ""
+    return f"; micro_batch_size values that work with world_size={W}: {', '.join(map(str, ok))}{more}"
+
+
+SUGGEST_UP_TO = 4096
+"""Micro-batch sizes tried when an error suggests some (the search must stay instant for any G)."""

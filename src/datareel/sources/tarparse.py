@@ -19,6 +19,12 @@ _SKIPPED_NAME = re.compile(r"__[^/]*__($|/)")
 _REGULAR = (b"0", b"\0", b"7")
 
 
+MAX_MEMBER = 1 << 62
+"""Member sizes above this cannot be file offsets; a header claiming one is damaged."""
+MAX_EXTENDED = 1 << 20
+"""Bytes of a PAX / GNU long-name header read at most (real ones hold a path: well under a KiB)."""
+
+
 class TarFormatError(DatasetError):
     """A tar header that cannot be parsed (truncated or changed shard)."""
 
@@ -45,15 +51,26 @@ def _checksum_ok(header: bytes) -> bool:
     return value == sum(header) - sum(header[148:156]) + 8 * 32  # the field counts as 8 spaces
 
 
-def _pax_path(data: bytes) -> str | None:
-    """The ``path`` record of a PAX extended header, if any ("<len> <key>=<value>\\n" records)."""
+def _pax_path(data: bytes, where: str = "tar") -> str | None:
+    """The ``path`` record of a PAX extended header, if any ("<len> <key>=<value>\\n" records).
+
+    Every record must cover its own length field and end inside ``data``, so the loop always
+    advances; anything else is a :class:`TarFormatError`.
+    """
     pos = 0
     path = None
     while pos < len(data):
         space = data.find(b" ", pos)
         if space < 0:
             break
-        length = int(data[pos:space])
+        digits = data[pos:space]
+        length = int(digits) if digits.isdigit() else -1
+        if length <= space - pos or pos + length > len(data):
+            raise TarFormatError(
+                f"{where}: a PAX record at byte {pos} of its extended header claims length {digits[:20]!r}, "
+                f"which is not a decimal number covering its own length field and ending inside the header "
+                f"({len(data)} bytes); the shard is damaged"
+            )
         record = data[space + 1 : pos + length - 1]
         key, _, value = record.partition(b"=")
         if key == b"path":
@@ -69,7 +86,12 @@ def _header(header: bytes, where: str, offset: int) -> tuple[bytes, int]:
             f"{where}: no valid tar header at byte {offset}; the file is not a tar, or it is damaged "
             f"or changed since it was indexed (re-run `datareel prepare` on the dataset)"
         )
-    return header[156:157], _number(header[124:136], where)
+    size = _number(header[124:136], where)
+    if size < 0:  # base-256 sizes can be negative; a negative size would step the parser backwards
+        raise TarFormatError(f"{where}: the tar header at byte {offset} gives a negative member size ({size})")
+    if size > MAX_MEMBER:  # base-256 sizes reach 2^95; file offsets end at 2^63
+        raise TarFormatError(f"{where}: the tar header at byte {offset} gives an impossible member size ({size})")
+    return header[156:157], size
 
 
 def _plain_name(header: bytes) -> str:
@@ -81,10 +103,10 @@ def _plain_name(header: bytes) -> str:
     return name
 
 
-def _long_name(kind: bytes, payload: bytes) -> str | None:
+def _long_name(kind: bytes, payload: bytes, where: str = "tar") -> str | None:
     """The name an extended header (PAX ``x`` or GNU ``L``) gives the next member."""
     if kind == b"x":
-        return _pax_path(payload)
+        return _pax_path(payload, where)
     return payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
@@ -109,7 +131,7 @@ def iter_members(blob: bytes | memoryview, where: str, base: int = 0) -> Iterato
                 f"({size} bytes of data); the shard is truncated or changed since it was indexed"
             )
         if kind in (b"x", b"L"):
-            long_name = _long_name(kind, bytes(blob[data : data + size]))
+            long_name = _long_name(kind, bytes(blob[data : data + size]), where)
         else:
             if kind in _REGULAR:
                 yield (long_name if long_name is not None else _plain_name(header)), base + data, size
@@ -156,10 +178,15 @@ def scan_tar(f: BinaryIO, where: str) -> Iterator[tuple[int, str, str, int, int]
         member_start = pos if member_start is None else member_start
         data = pos + BLOCK
         if kind in (b"x", b"L"):
+            if size > MAX_EXTENDED:
+                raise TarFormatError(
+                    f"{where}: the extended header at byte {pos} claims {size} bytes (at most {MAX_EXTENDED} are "
+                    f"read); the shard is damaged"
+                )
             payload = f.read(size)
             if len(payload) < size:
                 raise TarFormatError(f"{where}: the tar is truncated inside the header at byte {pos}")
-            long_name = _long_name(kind, payload)
+            long_name = _long_name(kind, payload, where)
             pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
             continue
         name = long_name if long_name is not None else _plain_name(header)

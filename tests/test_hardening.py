@@ -1,0 +1,141 @@
+"""Hostile inputs (issue 12, first part): every loop over untrusted bytes makes progress or raises a
+named DatasetError; argument checks that used to hang or pass bad values through."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import signal
+import tarfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import datareel
+from datareel.energon import WorkerConfig, get_savable_loader, get_train_dataset
+from datareel.errors import OptionError, TopologyError
+from datareel.sources.tarparse import BLOCK, TarFormatError, iter_members, scan_tar
+
+
+@contextlib.contextmanager
+def must_return(seconds: int = 10):
+    """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion."""
+
+    def hung(signum, frame):
+        raise AssertionError(f"did not return within {seconds} s: an endless loop")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def header(name: bytes = b"k.txt", size_field: bytes | None = None, kind: bytes = b"0", size: int = 0) -> bytes:
+    """A 512-byte ustar header with a valid checksum (``size_field`` overrides the 12-byte size field)."""
+    h = bytearray(BLOCK)
+    h[0 : len(name)] = name
+    h[100:108] = b"0000644\0"
+    h[124:136] = size_field if size_field is not None else f"{size:011o}\0".encode()
+    h[136:148] = b"00000000000\0"
+    h[156:157] = kind
+    h[257:263] = b"ustar\0"
+    h[148:156] = b" " * 8
+    h[148:156] = f"{sum(h):06o}\0 ".encode()
+    return bytes(h)
+
+
+def pax(payload: bytes) -> bytes:
+    padded = payload + b"\0" * (-len(payload) % BLOCK)
+    return header(b"PaxHeader", kind=b"x", size=len(payload)) + padded
+
+
+def members(blob: bytes) -> list:
+    with must_return():
+        return list(iter_members(blob, "fuzz.tar"))
+
+
+@pytest.mark.parametrize(
+    "payload", [b"0 path=x\n", b"1 path=x\n", b"x path=x\n", b"99 path=x\n", b"-5 path=x\n"], ids=repr
+)
+def test_a_pax_record_with_a_bad_length_is_a_named_error_not_a_hang(payload):
+    blob = pax(payload) + header(size=0) + b"\0" * 1024
+    with pytest.raises(TarFormatError, match="PAX record at byte 0 .* claims length"):
+        members(blob)
+
+
+def test_a_negative_member_size_is_refused_not_looped_on():
+    minus_512 = b"\xff" + (-512 % (1 << 88)).to_bytes(11, "big")  # base-256 encoding of -512
+    blob = header(size_field=minus_512) + b"\0" * 1024
+    with pytest.raises(TarFormatError, match="negative member size"):
+        members(blob)
+    with must_return(), pytest.raises(TarFormatError, match="negative member size"):
+        list(scan_tar(io.BytesIO(blob), "fuzz.tar"))
+
+
+def test_an_extended_header_claiming_gigabytes_is_refused_before_reading():
+    blob = header(b"PaxHeader", kind=b"x", size=4 << 30) + b"\0" * 1024
+    with must_return(), pytest.raises(TarFormatError, match="claims 4294967296 bytes"):
+        list(scan_tar(io.BytesIO(blob), "fuzz.tar"))
+
+
+def test_a_well_formed_pax_path_still_names_the_member():
+    record = b"path=dir/long-name.txt\n"
+    length = len(record) + 3
+    blob = pax(f"{length} ".encode() + record) + header(b"ignored.txt", size=3) + b"abc" + b"\0" * (509 + 1024)
+    assert [(name, size) for name, _, size in members(blob)] == [("dir/long-name.txt", 3)]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    size_field=st.binary(min_size=12, max_size=12),
+    kind=st.sampled_from([b"0", b"x", b"L", b"5", b"2", b"\0"]),
+    payload=st.binary(max_size=600),
+)
+def test_fuzzed_headers_parse_or_raise_a_tar_format_error(size_field, kind, payload):
+    blob = header(size_field=size_field, kind=kind) + payload + b"\0" * 1024
+    for parse in (lambda: members(blob), lambda: list(scan_tar(io.BytesIO(blob), "fuzz.tar"))):
+        try:
+            with must_return():
+                parse()
+        except TarFormatError:
+            pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(st.tuples(st.integers(-3, 40), st.binary(max_size=30)), max_size=5))
+def test_fuzzed_pax_records_parse_or_raise_a_tar_format_error(records):
+    payload = b"".join(f"{n} ".encode() + body for n, body in records)
+    blob = pax(payload) + header(size=0) + b"\0" * 1024
+    try:
+        members(blob)
+    except TarFormatError:
+        pass
+
+
+def test_real_tar_files_still_parse(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in ((f"{'d/' * 60}k1.txt", b"hello"), ("k2.json", b"{}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    names = [name for name, _, _ in members(buf.getvalue())]
+    assert names == [f"{'d/' * 60}k1.txt", "k2.json"]
+
+
+def test_an_impossible_layout_with_a_huge_global_batch_is_refused_at_once():
+    with must_return(), pytest.raises(TopologyError, match=r"values that work with world_size=1: 1, 2, 4, .*\.\.\."):
+        datareel.Loader(range(10), global_batch_size=10**12, micro_batch_size=7)
+
+
+def test_timeout_and_prefetch_factor_are_checked():
+    with pytest.raises(OptionError, match=r"timeout=-1 must be a number of seconds >= 0"):
+        datareel.Loader(range(10), global_batch_size=2, micro_batch_size=2, timeout=-1)
+    config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    spec = get_train_dataset(datareel.from_sequence(range(4)), worker_config=config, batch_size=2)
+    with pytest.raises(OptionError, match=r"get_savable_loader\(prefetch_factor=0\) must be a positive integer"):
+        get_savable_loader(spec, prefetch_factor=0)
