@@ -139,3 +139,16 @@ def test_timeout_and_prefetch_factor_are_checked():
     spec = get_train_dataset(datareel.from_sequence(range(4)), worker_config=config, batch_size=2)
     with pytest.raises(OptionError, match=r"get_savable_loader\(prefetch_factor=0\) must be a positive integer"):
         get_savable_loader(spec, prefetch_factor=0)
+
+
+def test_a_seed_or_cursor_beyond_64_bits_is_refused_naming_the_field():
+    with pytest.raises(OptionError, match=r"seed=18446744073709551616 must be an integer >= 0 and at most"):
+        datareel.Loader(range(10), global_batch_size=2, micro_batch_size=2, seed=1 << 64)
+    loader = datareel.Loader(range(10), global_batch_size=2, micro_batch_size=2, seed=(1 << 64) - 1)
+    assert next(iter(loader)) is not None
+    state = loader.state_dict()
+    for cursor in (1 << 63, -2):
+        with pytest.raises(
+            datareel.DatareelError, match=rf"state cursor={cursor} must be an integer in \[0, 2\^63 - 1\]"
+        ):
+            loader.load_state_dict({**state, "cursor": cursor})

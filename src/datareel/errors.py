@@ -82,14 +82,24 @@ def _label(name: str, value: Any, where: str | None) -> str:
     return f"{where}({name}={value!r})" if where else f"{name}={value!r}"
 
 
+INT64_LIMIT = (1 << 63) - 1
+"""The largest count or position datareel handles (index math is int64)."""
+
+
 def check_int(
-    value: Any, name: str, *, minimum: int = 0, where: str | None = None, error: type[DatareelError] = OptionError
+    value: Any,
+    name: str,
+    *,
+    minimum: int = 0,
+    maximum: int = INT64_LIMIT,
+    where: str | None = None,
+    error: type[DatareelError] = OptionError,
 ) -> int:
-    """``value`` as an ``int`` if it is an integer (not a bool) ``>= minimum``; else ``error`` naming it
-    (as ``where(name=value)`` when ``where`` names the call)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    """``value`` as an ``int`` if it is an integer (not a bool) in ``[minimum, maximum]``; else ``error``
+    naming it (as ``where(name=value)`` when ``where`` names the call)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not minimum <= value <= maximum:
         rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise error(f"{_label(name, value, where)} must be {rule}")
+        raise error(f"{_label(name, value, where)} must be {rule} and at most {maximum}")
     return int(value)
 
 

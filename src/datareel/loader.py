@@ -87,7 +87,7 @@ class Loader:
     ):
         if not isinstance(dataset, (Source, Blend)):
             dataset = from_sequence(dataset)
-        self.dataset, self.seed = dataset, check_int(seed, "seed")
+        self.dataset, self.seed = dataset, check_int(seed, "seed", maximum=(1 << 64) - 1)
         self.shuffle, self.repeat, self.group = bool(shuffle), bool(repeat), data_parallel_group
         self.rank, world_size = dist.rank_and_world(rank, world_size, data_parallel_group)
         self.layout = Layout(

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DatareelError
+from ..errors import INT64_LIMIT, DatareelError
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,15 @@ class Cursor:
     def from_state(cls, state: dict[str, Any]) -> Cursor:
         """Read (and type-check) the cursor fields of a saved state."""
         position = state.get("cursor")
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise DatareelError(f"state cursor={position!r} must be a non-negative integer; the state is damaged")
+        if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= INT64_LIMIT:
+            raise DatareelError(f"state cursor={position!r} must be an integer in [0, 2^63 - 1]; the state is damaged")
         if "pack" not in state:
             return cls(position)
         pack = state["pack"]
         if not (
             isinstance(pack, (list, tuple))
             and len(pack) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pack)
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_LIMIT for v in pack)
         ):
             raise DatareelError(
                 f"state pack={pack!r} must be [window, offset] (two integers >= 0); the state is damaged"
