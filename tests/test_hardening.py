@@ -152,3 +152,33 @@ def test_a_seed_or_cursor_beyond_64_bits_is_refused_naming_the_field():
             datareel.DatareelError, match=rf"state cursor={cursor} must be an integer in \[0, 2\^63 - 1\]"
         ):
             loader.load_state_dict({**state, "cursor": cursor})
+
+
+def _split_yaml(root, parts):
+    import yaml
+
+    (root / ".nv-meta" / "split.yaml").write_text(yaml.safe_dump({"split_parts": {"train": parts}}))
+
+
+@pytest.mark.parametrize("parts", [["a-0.tar", "a-1.tar", "a-0.tar"], ["a-{0..1}.tar", "a-{1..1}.tar"]], ids=repr)
+def test_a_shard_named_twice_in_the_split_is_refused(tmp_path, parts):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    for s in range(2):
+        write_shard(tmp_path / f"a-{s}.tar", [(f"k{s}{i}", {"txt": b"x"}) for i in range(3)])
+    prepare_webdataset(tmp_path, progress=False)
+    assert len(datareel.open_dataset(tmp_path)) == 6
+    _split_yaml(tmp_path, parts)
+    with pytest.raises(datareel.DatasetError, match=r"names shards \['a-1.tar'\]|names shards \['a-0.tar'\]"):
+        datareel.open_dataset(tmp_path)
+
+
+def test_a_shard_whose_name_holds_braces_opens(tmp_path):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    write_shard(tmp_path / "set{0..1}.tar", [(f"k{i}", {"txt": b"x"}) for i in range(3)])
+    prepare_webdataset(tmp_path, progress=False)
+    dataset = datareel.open_dataset(tmp_path)
+    assert [dataset.key(i) for i in range(len(dataset))] == ["k0", "k1", "k2"]

@@ -7,6 +7,7 @@ reference notes); nothing is executed from the dataset directory.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,12 +56,13 @@ def read_info(root: Path) -> dict[str, int]:
     return {str(k): int(v) for k, v in counts.items()}
 
 
-def _expand(entries: Any, path: Path, what: str) -> list[str]:
+def _expand(entries: Any, path: Path, what: str, info: dict[str, int]) -> list[str]:
+    """Brace-expand ``entries``; an entry that names a shard as it is (braces and all) is taken literally."""
     if entries is None:
         return []
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         raise DatasetError(f"{path}: {what} must be a list of strings, got {entries!r}")
-    return [item for entry in entries for item in braceexpand(entry)]
+    return [item for entry in entries for item in ([entry] if entry in info else braceexpand(entry))]
 
 
 def read_split(root: Path, split: str, info: dict[str, int], split_config: str = "split.yaml") -> Split:
@@ -77,10 +79,16 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
         raise DatasetError(f"{path} has no 'split_parts' mapping of split name -> shard list")
     if split not in parts:
         raise DatasetError(f"split {split!r} is not in {path}; it has {sorted(parts)}: pass one of them as split=")
-    shards = _expand(parts[split], path, f"split_parts[{split!r}]")
+    shards = _expand(parts[split], path, f"split_parts[{split!r}]", info)
+    twice = sorted(s for s, n in Counter(shards).items() if n > 1)
+    if twice:
+        raise DatasetError(
+            f"{path}: split {split!r} names shards {twice[:5]} more than once (directly or through overlapping "
+            f"brace ranges); each shard may be listed once, or its samples would be read twice"
+        )
     excluded_shards: set[str] = set()
     excluded_samples: dict[str, set[str]] = {}
-    for entry in _expand(config.get("exclude"), path, "exclude"):
+    for entry in _expand(config.get("exclude"), path, "exclude", info):
         if entry in info:
             excluded_shards.add(entry)
             continue
