@@ -182,3 +182,46 @@ def test_a_shard_whose_name_holds_braces_opens(tmp_path):
     prepare_webdataset(tmp_path, progress=False)
     dataset = datareel.open_dataset(tmp_path)
     assert [dataset.key(i) for i in range(len(dataset))] == ["k0", "k1", "k2"]
+
+
+def test_a_sample_holding_a_part_twice_is_refused_by_prepare_and_by_the_reader(tmp_path):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    def shard(path, members):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+    shard(tmp_path / "a" / "d.tar", [("k0.txt", b"one"), ("k0.txt", b"two"), ("k1.txt", b"x")])
+    with pytest.raises(datareel.DatasetError, match=r"sample 'k0' holds part 'txt' twice"):
+        prepare_webdataset(tmp_path / "a", progress=False)
+    # a shard changed after it was prepared (same byte ranges): the reader refuses too
+    write_shard(tmp_path / "b" / "d.tar", [("k0", {"txt": b"one", "json": b"{}"}), ("k1", {"txt": b"x"})])
+    prepare_webdataset(tmp_path / "b", progress=False)
+    shard(tmp_path / "b" / "d.tar", [("k0.txt", b"one"), ("k0.txt", b"{}"), ("k1.txt", b"x")])
+    dataset = datareel.open_dataset(tmp_path / "b")
+    with pytest.raises(datareel.DatasetError, match=r"holds part 'txt' twice"):
+        dataset.read(0)
+
+
+def test_a_finished_one_pass_loader_yields_nothing_more_on_every_rank_and_its_state_restores():
+    for world in (1, 2):
+        ranks = [
+            datareel.Loader(range(7), global_batch_size=4, micro_batch_size=2, world_size=world, rank=r,
+                            repeat=False, shuffle=False)
+            for r in range(world)
+        ]  # fmt: skip
+        first = [[b.tolist() for b in loader] for loader in ranks]
+        assert sorted(x for batches in first for b in batches for x in b) == list(range(7))
+        for loader in ranks:
+            assert [b for b in loader] == [] and len(loader) == 0 and loader.cursor == 7
+            again = datareel.Loader(
+                range(7), global_batch_size=4, micro_batch_size=2, world_size=world, rank=loader.rank,
+                repeat=False, shuffle=False,
+            )  # fmt: skip
+            again.load_state_dict(loader.state_dict())
+            assert list(again) == [] and len(again) == 0

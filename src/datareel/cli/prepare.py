@@ -70,6 +70,13 @@ def scan_shard(root: Path, shard: str) -> ShardScan:
                 seen[key] = len(keys)
                 offsets.append(header)
                 keys.append(key)
+                sample_parts: set[str] = set()
+            if part in sample_parts:
+                raise DatasetError(
+                    f"shard {path}: sample {key!r} holds part {part!r} twice (again at byte {header}); a reader "
+                    f"would keep one copy silently: remove the duplicate member from the shard"
+                )
+            sample_parts.add(part)
             parts.append((len(keys) - 1, part, data, size))
             end = data + (size + 511) // 512 * 512
     offsets.append(end)

@@ -219,6 +219,11 @@ class WebDatasetSource(Source):
                     f"{where}: sample {local} (bytes {start}-{stop}) holds keys {key!r} and {split[0]!r}; "
                     f"the shard changed since it was indexed: re-run `datareel prepare`"
                 )
+            if split[1] in parts:
+                raise DatasetError(
+                    f"{where}: sample {local} ({key!r}) holds part {split[1]!r} twice; remove the duplicate member "
+                    f"(datareel prepare refuses such shards)"
+                )
             parts[split[1]] = bytes(view[offset - start : offset - start + size])
         if key is None:
             raise DatasetError(f"{where}: sample {local} (bytes {start}-{stop}) holds no files")
