@@ -225,3 +225,28 @@ def test_a_finished_one_pass_loader_yields_nothing_more_on_every_rank_and_its_st
             )  # fmt: skip
             again.load_state_dict(loader.state_dict())
             assert list(again) == [] and len(again) == 0
+
+
+def test_a_mix_epochized_child_rounding_to_zero_samples_is_refused_by_name():
+    big, tiny = datareel.from_sequence(range(100), name="big"), datareel.from_sequence(range(3), name="tiny")
+    with pytest.raises(OptionError, match=r"children \['tiny'\] round to 0 samples per meta-epoch"):
+        datareel.mix_epochized([(big, 1.0), (tiny, 0.1)])
+    assert len(datareel.Loader(datareel.mix_epochized([(big, 1.0), (tiny, 0.2)]), global_batch_size=1,
+                               micro_batch_size=1, repeat=False)) == 101  # fmt: skip
+
+
+def test_an_exclude_matching_no_sample_is_refused(tmp_path):
+    import yaml
+
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    write_shard(tmp_path / "a.tar", [(f"k{i}", {"txt": b"x"}) for i in range(3)])
+    prepare_webdataset(tmp_path, progress=False)
+    split = tmp_path / ".nv-meta" / "split.yaml"
+    config = yaml.safe_load(split.read_text())
+    split.write_text(yaml.safe_dump({**config, "exclude": ["a.tar/k1"]}))
+    assert len(datareel.open_dataset(tmp_path)) == 2
+    split.write_text(yaml.safe_dump({**config, "exclude": ["a.tar/k1", "a.tar/k9"]}))
+    with pytest.raises(datareel.DatasetError, match=r"exclude names samples \['k9'\] of shard 'a.tar'"):
+        datareel.open_dataset(tmp_path)

@@ -175,9 +175,11 @@ def mix_epochized(items: Any, *, name: str | None = None) -> EpochizedMix:
     items = _check_children(items, "mix_epochized", "repetitions")
     reps = tuple(_number(r, f"repetitions of {ds.name!r}") for ds, r in items)
     counts = tuple(math.floor(r * length_of(ds) + 0.5) for (ds, _), r in zip(items, reps))
-    if sum(counts) == 0:
+    zero = [ds.name for (ds, r), n in zip(items, counts) if n == 0]
+    if zero:  # as mix refuses a zero weight: a child that is never read is a mistake, not a choice
         raise OptionError(
-            f"mix_epochized: every child rounds to 0 samples per meta-epoch ({counts}); raise repetitions"
+            f"mix_epochized: children {zero} round to 0 samples per meta-epoch (repetitions × length < 0.5; "
+            f"counts {list(counts)}); raise their repetitions, or leave them out"
         )
     children = tuple(ds for ds, _ in items)
     return EpochizedMix(children, reps, counts, name or f"mix_epochized({','.join(c.name for c in children)})")

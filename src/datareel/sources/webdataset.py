@@ -112,9 +112,18 @@ class WebDatasetSource(Source):
             keys = self.split.excluded_samples.get(shard)
             if not keys:
                 continue
+            found = set()
             for local in range(int(self.starts[s + 1] - self.starts[s])):
-                if self._read_key(s, local) in keys:
+                key = self._read_key(s, local)
+                if key in keys:
                     dropped.append(int(self.starts[s]) + local)
+                    found.add(key)
+            if found != keys:
+                missing = sorted(keys - found)
+                raise DatasetError(
+                    f"split {self.split.name!r}: exclude names samples {missing[:5]} of shard {shard!r}, which holds "
+                    f"no such keys; fix the exclude entries (a typo would silently exclude nothing)"
+                )
         return np.setdiff1d(np.arange(int(self.starts[-1]), dtype=np.int64), np.array(dropped, dtype=np.int64))
 
     # -- lazy per-process handles -----------------------------------------------------------------
