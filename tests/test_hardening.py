@@ -250,3 +250,67 @@ def test_an_exclude_matching_no_sample_is_refused(tmp_path):
     split.write_text(yaml.safe_dump({**config, "exclude": ["a.tar/k1", "a.tar/k9"]}))
     with pytest.raises(datareel.DatasetError, match=r"exclude names samples \['k9'\] of shard 'a.tar'"):
         datareel.open_dataset(tmp_path)
+
+
+class Payload:  # unpickling this would run code from the dataset (here: harmless, it records itself)
+    ran = False
+
+    def __reduce__(self):
+        return (_mark_ran, ())
+
+
+def _mark_ran():
+    Payload.ran = True
+    return "code ran"
+
+
+def test_pickles_in_a_dataset_are_not_unpickled_unless_trusted(tmp_path, caplog):
+    import pickle
+
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    tensor = io.BytesIO()
+    torch_payload = io.BytesIO()
+    import torch
+
+    torch.save(torch.arange(3), tensor)
+    torch.save(Payload(), torch_payload)
+    parts = {"pyd": pickle.dumps(Payload()), "pth": tensor.getvalue(), "txt": b"hi"}
+    write_shard(tmp_path / "a" / "d.tar", [("k0", parts), ("k1", {**parts, "pth": torch_payload.getvalue()})])
+    prepare_webdataset(tmp_path / "a", progress=False)
+    with caplog.at_level("WARNING", logger="datareel"):
+        sample = datareel.open_dataset(tmp_path / "a").read(0)
+    assert sample["pyd"] == parts["pyd"] and not Payload.ran  # bytes, with a warning naming the opt-in
+    assert "decode='trusted'" in caplog.text and "'pyd'" in caplog.text
+    assert sample["pth"].tolist() == [0, 1, 2]  # tensors load with weights_only=True
+    with pytest.raises(datareel.DatasetError, match="cannot decode part 'pth'"):
+        datareel.open_dataset(tmp_path / "a").read(1)  # a .pth holding an object is refused
+    assert not Payload.ran
+    trusted = datareel.open_dataset(tmp_path / "a", decode="trusted").read(0)
+    assert trusted["pyd"] == "code ran" and Payload.ran
+    with pytest.raises(OptionError, match="decode='yes' must be True"):
+        datareel.open_dataset(tmp_path / "a", decode="yes")
+
+
+def test_the_source_holds_no_unsafe_loading():
+    """Checkpoints are JSON and datasets are parsed, never executed: no pickle.load, eval, exec, unsafe YAML
+    or torch.load without weights_only in src/ (the one reviewed exception round-trips its own bytes)."""
+    import re
+    from pathlib import Path
+
+    src = Path(datareel.__file__).parent
+    pattern = re.compile(r"pickle\.loads?\(|\beval\(|\bexec\(|yaml\.load\(|yaml\.unsafe_load|allow_pickle=True")
+    found = [
+        f"{path.relative_to(src)}:{n}: {line.strip()}"
+        for path in sorted(src.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and "pickle.loads(pickle.dumps(" not in line
+    ]
+    loads = [
+        f"{path.relative_to(src)}:{n}"
+        for path in sorted(src.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "torch.load(" in line and "weights_only=" not in line
+    ]
+    assert found == [] and loads == []

@@ -57,7 +57,7 @@ class Loader:
         loader = datareel.Loader(data, global_batch_size=32, micro_batch_size=4, seed=1, num_workers=2)
         batches = iter(loader)                               # next(batches) per micro-step
         torch.save(loader.state_dict(), "loader.pt")         # or json.dump: < 1 KB
-        loader.load_state_dict(torch.load("loader.pt"))      # any world size / workers
+        loader.load_state_dict(torch.load("loader.pt", weights_only=True))  # any world size / workers
     """
 
     def __init__(

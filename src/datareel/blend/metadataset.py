@@ -55,7 +55,7 @@ class _Context:
 
 
 def load_metadataset(
-    path: str | Path, *, split: str = "train", image_decode: str | None = "torchrgb", decode: bool = True
+    path: str | Path, *, split: str = "train", image_decode: str | None = "torchrgb", decode: bool | str = True
 ) -> Source | Blend:
     """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc)."""
     builder = _Builder(image_decode=image_decode, decode=decode)
@@ -64,7 +64,7 @@ def load_metadataset(
 
 
 class _Builder:
-    def __init__(self, *, image_decode: str | None, decode: bool):
+    def __init__(self, *, image_decode: str | None, decode: bool | str):
         self.image_decode, self.decode = image_decode, decode
         self.names: dict[str, int] = {}
 

@@ -21,7 +21,7 @@ def open_dataset(
     *,
     split: str = "train",
     image_decode: str | None = "torchrgb",
-    decode: bool = True,
+    decode: bool | str = True,
     subflavors: dict[str, Any] | None = None,
     name: str | None = None,
     split_config: str = "split.yaml",
@@ -36,7 +36,8 @@ def open_dataset(
 
     ``image_decode`` picks the image type (``"torchrgb"``: float CHW tensor, as
     Energon; ``"pil"``; ``"rgb8"``: uint8 HWC numpy; ``None``: bytes);
-    ``decode=False`` keeps every part as bytes.  ``name`` (default: directory
+    ``decode=False`` keeps every part as bytes; pickle parts stay bytes and ``.pth`` loads
+    tensors only unless ``decode="trusted"`` (unpickling runs code from the dataset).  ``name`` (default: directory
     name and split) keys the shuffle and goes into checkpoints.
 
     Example::

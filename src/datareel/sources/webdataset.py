@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import DatasetError, OptionError
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .decode import PartDecoder
@@ -41,7 +41,7 @@ class WebDatasetSource(Source):
         *,
         split: str | None = "train",
         image_decode: str | None = "torchrgb",
-        decode: bool = True,
+        decode: bool | str = True,
         subflavors: dict[str, Any] | None = None,
         split_config: str = "split.yaml",
         dataset_config: str = "dataset.yaml",
@@ -65,7 +65,12 @@ class WebDatasetSource(Source):
         where = str(self.root / meta.META / dataset_config)
         self.typed: TypedFields | None = typed_fields(config, where)
         self.subflavors = {**(config.get("subflavors") or {}), **(subflavors or {})}
-        self.decoder = PartDecoder(image_decode) if decode else None
+        if decode not in (True, False, "trusted"):
+            raise OptionError(
+                f"decode={decode!r} must be True (decode parts; pickles stay bytes), False (every part bytes) or "
+                f"'trusted' (also unpickle pickle/pkl/pyd parts and torch.load .pth fully: only for data you trust)"
+            )
+        self.decoder = PartDecoder(image_decode, trusted=decode == "trusted") if decode else None
         self.name = name if name is not None else f"{self.root.name}/{split or 'all'}"
         self.shards = self.split.shards
         self._where = [f"shard {self.root / shard}" for shard in self.shards]  # for error messages
