@@ -108,12 +108,9 @@ class BatchMaker(Dataset):
         return self.encoder.cook(raw)
 
     def _attempt(self, position: int, source_id: int, index: int) -> Any:
-        """Outside the windowed stage: the first stage, then ``postencode_sample`` (if any) as output 0."""
-        raw = self._read(source_id, index)
-        reseed = self.options.reseed_global or bool({"encode_sample", "preencode_sample"} & self.encoder.reseeds)
-        with sample_context(self.options.seed, position, reseed_global=reseed):
-            out = self.encoder.first(raw)
-        return self.post(position, 0, out)
+        """Outside the windowed stage: the first stage (exactly one output there), then ``postencode_sample``
+        (if any) as output 0."""
+        return self.post(position, 0, self.first_stage(position, source_id, index)[0])
 
     def first_stage(self, position: int, source_id: int, index: int) -> list[Any]:
         """The windowed stage's first half for one input: its outputs (raises what the sample raised)."""

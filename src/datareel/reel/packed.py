@@ -139,13 +139,18 @@ class PackedReel:
             return None
         return -(-self.pass_length // self.window_size)
 
-    def _inputs(self, w: int, *, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Window ``w``'s input positions, leaves, indices and lengths: int64[k], int32[k], int64[k], int64[k]
-        (cut at the end of a finite pass unless ``whole``)."""
+    def _window_positions(self, w: int, *, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Window ``w``'s input positions, leaves and indices: int64[k], int32[k], int64[k] (cut at the end of a
+        finite pass unless ``whole``)."""
         size = self.window_size
         stop = (w + 1) * size if self.pass_length is None or whole else min((w + 1) * size, self.pass_length)
         positions = np.arange(w * size, stop, dtype=np.int64)
         leaf, index = self.plan.resolve(positions)
+        return positions, leaf, index
+
+    def _inputs(self, w: int, *, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Window ``w``'s input positions, leaves, indices and lengths: int64[k], int32[k], int64[k], int64[k]."""
+        positions, leaf, index = self._window_positions(w, whole=whole)
         lengths = np.empty(len(positions), dtype=np.int64)
         for s in np.unique(leaf).tolist():
             mask = leaf == s

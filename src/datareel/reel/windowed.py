@@ -175,18 +175,11 @@ class WindowedReel(PackedReel):
             self._cache.popitem(last=False)
         return plan.items
 
-    def _inputs_of(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        size = self.window_size
-        stop = (w + 1) * size if self.pass_length is None else min((w + 1) * size, self.pass_length)
-        positions = np.arange(w * size, stop, dtype=np.int64)
-        source_ids, indices = self.plan.resolve(positions)
-        return positions, source_ids, indices
-
     def _plan(self, w: int) -> WindowPlan:
         if self._since is None:
             self._since = time.perf_counter()
         if not self.stage.background or self._inline:
-            plan = self.planner(w, *self._inputs_of(w))
+            plan = self.planner(w, *self._window_positions(w))
         else:
             future = self._futures.pop(w, None) or self._submit(w)
             last = self.windows()
@@ -207,7 +200,7 @@ class WindowedReel(PackedReel):
                 )
                 self.close(terminate=True)
                 self._inline = True
-                plan = self.planner(w, *self._inputs_of(w))
+                plan = self.planner(w, *self._window_positions(w))
             except concurrent.futures.process.BrokenProcessPool as exc:
                 self.close()  # a later window starts a new planning process
                 raise DatareelError(
@@ -227,7 +220,7 @@ class WindowedReel(PackedReel):
                 1, mp_context=context, initializer=_install, initargs=(self.planner,)
             )
             weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
-        return self._executor.submit(_plan_installed, w, *self._inputs_of(w))
+        return self._executor.submit(_plan_installed, w, *self._window_positions(w))
 
     def _warn_if_slow(self) -> None:
         elapsed = time.perf_counter() - (self._since or 0.0)
