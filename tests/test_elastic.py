@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import datareel
 from datareel.cli.prepare import prepare_webdataset
 from datareel.testing import Topology, check_restore_everywhere
+from state_edit import edited
 from wds_helpers import build_shards
 
 
@@ -65,9 +66,7 @@ def _check_exactly_once_per_epoch(data, s):
     n, G = s["n"], s["G"]
     loader = datareel.Loader(data, global_batch_size=G, micro_batch_size=G, seed=s["seed"])
     first_epoch = s["start"] // n
-    state = loader.state_dict()
-    state["cursor"] = first_epoch * n // G * G
-    loader.load_state_dict(state)
+    loader.load_state_dict(edited(loader.state_dict(), cursor=first_epoch * n // G * G))
     ids: dict[int, list[int]] = {}
     it = iter(loader)
     while loader.cursor < s["start"] + s["batches"] * G:
@@ -165,5 +164,5 @@ def test_a_finite_pass_restores_everywhere_up_to_and_including_its_end(n, W, W2,
     )
     assert report["end"] == n and report["restored"] >= 1
     ended = datareel.Loader(data, global_batch_size=G, micro_batch_size=m2, world_size=W2, rank=0, repeat=False)
-    ended.load_state_dict({**ended.state_dict(), "cursor": n})
+    ended.load_state_dict(edited(ended.state_dict(), cursor=n))
     assert list(ended) == [] and len(ended) == 0 and ended.cursor == n

@@ -16,6 +16,7 @@ from datareel import DatareelError, StateMismatchError
 from datareel import energon as den
 from datareel.cli.prepare import prepare_webdataset
 from datareel.testing import free_port, run_local
+from state_edit import edited
 from wds_helpers import write_shard
 
 TESTS = Path(__file__).resolve().parent
@@ -323,7 +324,7 @@ def _per_rank_files(rank, world, root, out, phase, G, workers, corrupt):
     if phase == "resume" and mine.exists():  # Megatron restores only where a file of this rank exists
         state = torch.load(mine, weights_only=False)
         if corrupt and rank == 1:
-            state = {**state, "cursor": state["cursor"] + G}
+            state = edited(state, cursor=state["cursor"] + G)
         loader.restore_state_rank(state)
     try:
         it = iter(loader)

@@ -9,10 +9,15 @@ One change is deliberate: a packing *length function* used to be fingerprinted b
 ``__qualname__`` and is now ``{"function": qualname, "module": ..., "lengths": digest}`` (so a changed
 tokenizer behind the same name is refused).  Old states naming the function still restore (by
 name, with a warning); :func:`today` is the old state with only that field rewritten.
+
+One field is added: ``check``, 16 hex digits of BLAKE2b over the JSON of ``[cursor, pack, spec]``
+(sorted keys, no spaces), which binds a packed state's ``(window, offset)`` to its cursor.  The
+recipe is written out here, not imported, so a change to it fails this test.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -31,6 +36,8 @@ def today(old_json: str, written: dict) -> str:
         new = written["spec"]["packing"]["length"]
         assert new["function"] == length and new["module"] == "golden" and len(new["lengths"]) == 16
         old["spec"]["packing"]["length"] = new
+    bound = json.dumps([old["cursor"], old.get("pack"), old["spec"]], sort_keys=True, separators=(",", ":"))
+    old["check"] = hashlib.blake2b(bound.encode(), digest_size=8).hexdigest()
     return json.dumps(old, sort_keys=True)
 
 
@@ -75,12 +82,13 @@ def test_an_old_state_restores_onto_the_same_continuation(entry, topology, tmp):
 
 @pytest.mark.parametrize("recipe", ["plain", "packed_bytes"])
 def test_the_state_keys_are_written_in_the_order_of_0_1_0(recipe, tmp):
-    """The golden file compares sorted keys; this pins the order itself (json.dump without sort_keys)."""
+    """The golden file compares sorted keys; this pins the order itself (json.dump without sort_keys):
+    0.1.0's keys, then the added ``check``."""
     loader = build(recipe, tmp)
     next(iter(loader))
     state = loader.state_dict()
     packed = recipe.startswith("packed")
-    assert list(state) == ["format", "version", "cursor", "spec"] + (["pack"] if packed else [])
+    assert list(state) == ["format", "version", "cursor", "spec"] + (["pack"] if packed else []) + ["check"]
     assert list(state["spec"]) == ["seed", "shuffle", "global_batch_size", "dataset"] + (["packing"] if packed else [])
     if packed:
         assert list(state["spec"]["packing"]) == ["max_length", "window", "over_length", "length"]

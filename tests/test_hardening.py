@@ -16,6 +16,7 @@ import datareel
 from datareel.energon import WorkerConfig, get_savable_loader, get_train_dataset
 from datareel.errors import OptionError, TopologyError
 from datareel.sources.tarparse import BLOCK, TarFormatError, iter_members, scan_tar
+from state_edit import edited
 
 
 @contextlib.contextmanager
@@ -151,7 +152,7 @@ def test_a_seed_or_cursor_beyond_64_bits_is_refused_naming_the_field():
         with pytest.raises(
             datareel.DatareelError, match=rf"state cursor={cursor} must be an integer in \[0, 2\^63 - 1\]"
         ):
-            loader.load_state_dict({**state, "cursor": cursor})
+            loader.load_state_dict(edited(state, cursor=cursor))
 
 
 def _split_yaml(root, parts):

@@ -11,6 +11,7 @@ import torch
 import datareel
 from datareel import DatareelError, Loader, SampleContextError, TopologyError
 from datareel.testing import make_ranks, take_global_batches
+from state_edit import edited
 
 
 def records(n):
@@ -144,7 +145,7 @@ def test_load_state_between_iterations_and_stale_iterator():
     loader = Loader(records(40), global_batch_size=4, micro_batch_size=2, seed=1)
     it = iter(loader)
     first = [next(it)["id"].tolist() for _ in range(6)]
-    state_after_2 = {**loader.state_dict(), "cursor": 4}
+    state_after_2 = edited(loader.state_dict(), cursor=4)
     loader.load_state_dict(state_after_2)
     with pytest.raises(DatareelError, match="iter\\(loader\\) again"):
         next(it)
@@ -185,7 +186,7 @@ def test_repeat_false_rank_with_empty_share():
 
 def test_restore_beyond_finite_reel_is_refused():
     loader = Loader(records(10), global_batch_size=4, micro_batch_size=4)
-    state = {**loader.state_dict(), "cursor": 40}
+    state = edited(loader.state_dict(), cursor=40)
     finite = Loader(records(10), global_batch_size=4, micro_batch_size=4, repeat=False)
     with pytest.raises(TopologyError, match="repeat=True"):
         finite.load_state_dict(state)

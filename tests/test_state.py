@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import datareel
 from datareel import DatareelError, Loader, StateMismatchError, TopologyError
+from state_edit import edited
 
 
 def make(n=100, name="data", **kwargs):
@@ -62,7 +63,7 @@ def test_version_and_foreign_states_refused():
     with pytest.raises(DatareelError, match="written by Megatron-Energon"):
         make().load_state_dict({"dataset_state": {}, "worker_states": []})
     with pytest.raises(DatareelError, match="cursor"):
-        make().load_state_dict({**state, "cursor": -3})
+        make().load_state_dict(edited(state, cursor=-3))
     with pytest.raises(DatareelError, match="dict"):
         make().load_state_dict("state.json")
 
@@ -99,7 +100,7 @@ def test_state_size_does_not_grow(n, W, N, cursor):
         rank=W - 1,
         world_size=W,
     )
-    state = {**loader.state_dict(), "cursor": cursor // (W * 8) * (W * 8)}
+    state = edited(loader.state_dict(), cursor=cursor // (W * 8) * (W * 8))
     loader.load_state_dict(state)
     encoded = json.dumps(loader.state_dict())
     assert len(encoded) < 1024

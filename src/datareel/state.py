@@ -13,16 +13,26 @@ Format, version 1 (JSON-serialisable, the same on every rank, a few hundred byte
                     "sources": [[name, weight or repetitions, 6-hex digest], ...]},  # blends only, if short
         "packing": {"max_length": int, "window": int, "over_length": str,            # with packing only
                     "length": "index" | "bytes" | {"function": qualname, "module": str, "lengths": 16-hex digest}}},
-     "pack": [window, offset]}             # with packing only: the input window of the next pack, and its number
+     "pack": [window, offset],             # with packing only: the input window of the next pack, and its number
+     "check": str}                         # 16 hex digits binding cursor, pack and spec (see below)
 
 The spec records everything that, if changed, would make the cursor point into
 another reel or cut other global batches (invariant I6); every field is quoted
 with what it protects (:data:`GUARANTEES`) when a restore is refused.  The key
 order above is the order written; ``tests/data/golden_states.json`` pins the bytes.
+
+``check`` is a digest of ``cursor``, ``pack`` and ``spec`` together.  A packed
+state's ``(window, offset)`` cannot be checked against its ``cursor`` without
+planning every window before it (restores stay O(1)), so a state spliced from
+two checkpoints, or hand-edited, would silently re-serve or skip packs; the
+digest refuses it instead.  States written before the field existed (datareel
+0.1.0) have no ``check`` and are read as before; older readers ignore it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from typing import Any
 
@@ -50,7 +60,15 @@ GUARANTEES: dict[str, str] = {
 
 def make_state(cursor: Cursor, spec: dict[str, Any]) -> dict[str, Any]:
     fields = cursor.state_fields()
-    return {"format": FORMAT, "version": VERSION, "cursor": int(fields.pop("cursor")), "spec": spec, **fields}
+    state = {"format": FORMAT, "version": VERSION, "cursor": int(fields.pop("cursor")), "spec": spec, **fields}
+    return {**state, "check": state_check(state)}
+
+
+def state_check(state: dict[str, Any]) -> str:
+    """16 hex digits over a state's ``cursor``, ``pack`` and ``spec`` (JSON with sorted keys)."""
+    bound = [state.get("cursor"), state.get("pack"), state.get("spec")]
+    text = json.dumps(bound, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def read_state(state: Any, spec: dict[str, Any]) -> Cursor:
@@ -83,6 +101,7 @@ def read_state(state: Any, spec: dict[str, Any]) -> Cursor:
     saved = state.get("spec")
     if not isinstance(saved, dict):
         raise DatareelError(f"state spec={saved!r} must be a dict; the state is damaged")
+    _check_binding(state)
     saved = _upgrade(saved, spec)
     differences = {
         field: (saved.get(field), spec.get(field))
@@ -104,6 +123,25 @@ def read_state(state: Any, spec: dict[str, Any]) -> Cursor:
             differences,
         )
     return cursor
+
+
+def _check_binding(state: dict[str, Any]) -> None:
+    """Refuse a state whose ``cursor``, ``pack`` or ``spec`` changed after it was written (see ``check``)."""
+    if "check" not in state:
+        return  # written by datareel 0.1.0, before the field existed
+    saved = state["check"]
+    try:
+        expected = state_check(state)
+    except (TypeError, ValueError) as exc:
+        raise DatareelError(f"state spec cannot be read as JSON ({exc}); the state is damaged") from None
+    if saved != expected:
+        raise StateMismatchError(
+            f"state check={saved!r} does not match its cursor={state.get('cursor')!r}, pack={state.get('pack')!r} "
+            f"and spec (expected {expected!r}): the state was edited, or spliced from two checkpoints, after "
+            f"the loader wrote it. Restoring it would re-serve or skip samples; restore the state exactly as "
+            f"loader.state_dict() returned it",
+            {"check": (saved, expected)},
+        )
 
 
 def _upgrade(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:

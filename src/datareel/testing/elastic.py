@@ -27,6 +27,8 @@ from typing import Any
 
 from ..errors import OptionError, TopologyError
 from ..loader import Loader
+from ..reel.cursor import Cursor
+from ..state import make_state
 from .simulate import make_ranks, take_micro_step
 
 
@@ -61,7 +63,8 @@ def _fast_forward(loaders: list[Loader], cursor: int) -> None:
     state = loaders[0].state_dict()
     if cursor and "pack" in state:
         raise OptionError(f"start={cursor}: a packed reel's window checks start at 0 (its cursor holds a pack offset)")
-    state["cursor"] = cursor
+    # a fresh state at ``cursor``, its ``check`` written for it
+    state = make_state(Cursor(cursor, loaders[0].reel.start().pack), state["spec"])
     for loader in loaders:
         loader.load_state_dict(state)
 
