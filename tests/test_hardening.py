@@ -315,3 +315,123 @@ def test_the_source_holds_no_unsafe_loading():
         if "torch.load(" in line and "weights_only=" not in line
     ]
     assert found == [] and loads == []
+
+
+# -- metadata documents that expand without bound ---------------------------------------------
+
+
+def _laughs(levels: int) -> str:
+    """A metadataset whose anchors double at each line: 2**levels datasets in a few hundred bytes."""
+    lines = ["__class__: MetadatasetV2", "l0: &l0 {path: ./ds, weight: 1}"]
+    lines += [f"l{i}: &l{i} {{blend: [*l{i - 1}, *l{i - 1}], weight: 1}}" for i in range(1, levels + 1)]
+    lines += ["splits:", f"  train: *l{levels}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_billion_laughs_metadataset_is_refused_at_once(tmp_path):
+    (tmp_path / "laughs.yaml").write_text(_laughs(40))  # 2**40 datasets
+    with must_return(), pytest.raises(datareel.DatasetError, match=r"expands to more than 100,000 values"):
+        datareel.open_dataset(tmp_path / "laughs.yaml")
+
+
+def test_a_metadataset_including_another_many_times_is_refused_at_once(tmp_path):
+    (tmp_path / "inner.yaml").write_text(
+        "__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        + "".join("      - {path: ./missing, weight: 1}\n" for _ in range(2))
+    )
+    refs = "".join("      - {path: ./middle.yaml, weight: 1}\n" for _ in range(400))
+    (tmp_path / "middle.yaml").write_text(
+        "__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        + "".join("      - {path: ./inner.yaml, weight: 1}\n" for _ in range(400))
+    )
+    (tmp_path / "outer.yaml").write_text("__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n" + refs)
+    # 400 x 400 x 2 leaves: refused by count before any missing dataset is even looked for
+    with (
+        must_return(60),
+        pytest.raises(datareel.DatasetError, match=r"describes 640,801 blends and datasets, more than 100,000"),
+    ):
+        datareel.open_dataset(tmp_path / "outer.yaml")
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("__class__: MetadatasetV2\nsplits: &s\n  train: {blend: [*s]}\n", "nested more than 64 levels"),
+        ("__class__: MetadatasetV2\nsplits:\n  train: " + "[" * 5000 + "]" * 5000 + "\n", "nested"),
+    ],
+    ids=["self-referencing anchor", "deep nesting"],
+)
+def test_a_self_referencing_or_deeply_nested_metadataset_is_a_named_error(tmp_path, text, match):
+    (tmp_path / "bad.yaml").write_text(text)
+    with must_return(), pytest.raises(datareel.DatasetError, match=match):
+        datareel.open_dataset(tmp_path / "bad.yaml")
+
+
+def test_a_brace_range_of_a_trillion_shards_is_refused(tmp_path):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    write_shard(tmp_path / "a-0.tar", [("k", {"txt": b"x"})])
+    prepare_webdataset(tmp_path, progress=False)
+    _split_yaml(tmp_path, ["a-{0..999999999999}.tar"])
+    with (
+        must_return(30),
+        pytest.raises(datareel.DatasetError, match=r"expands to more than 1 names, more than the dataset has shards"),
+    ):
+        datareel.open_dataset(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "pattern", ["a-{0..3}.tar", "{a,b}-{0..1}.tar", "x{1{2,3},4}y", "{0..10..3}", "{07..10}", "{4..1}", "a{b}c", "{}"]
+)
+def test_the_brace_count_equals_what_braceexpand_gives(pattern):
+    from braceexpand import braceexpand
+
+    from datareel.sources.energon_meta import _brace_count
+
+    assert _brace_count(pattern) == len(list(braceexpand(pattern)))
+
+
+def test_unbalanced_braces_in_the_split_are_a_named_error(tmp_path):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    write_shard(tmp_path / "a-0.tar", [("k", {"txt": b"x"})])
+    prepare_webdataset(tmp_path, progress=False)
+    _split_yaml(tmp_path, ["a-{0..1.tar"])
+    with pytest.raises(datareel.DatasetError, match=r"'a-\{0..1.tar'.*balance its braces"):
+        datareel.open_dataset(tmp_path)
+
+
+def _shard_with_trailing_members(path):
+    """Two samples, then members that belong to no sample: a README without a dot, a directory, a symlink."""
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in [("a.txt", b"first"), ("a.json", b"{}"), ("b.txt", b"second"), ("README", b"notes")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        directory = tarfile.TarInfo("subdir")
+        directory.type = tarfile.DIRTYPE
+        tar.addfile(directory)
+        link = tarfile.TarInfo("link.txt")
+        link.type, link.linkname = tarfile.SYMTYPE, "a.txt"
+        tar.addfile(link)
+
+
+@pytest.mark.slow  # runs Energon's CLI
+def test_a_shard_ending_with_non_sample_members_prepares_and_reads_as_energons(tmp_path):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import energon_prepare
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for root in (ours, theirs):
+        root.mkdir()
+        _shard_with_trailing_members(root / "s.tar")
+    prepare_webdataset(ours, progress=False)
+    energon_prepare(theirs)
+    assert (ours / "s.tar.idx").read_bytes() == (theirs / "s.tar.idx").read_bytes()
+    (theirs / ".nv-meta" / "dataset.yaml").write_bytes((ours / ".nv-meta" / "dataset.yaml").read_bytes())
+    for root in (ours, theirs):  # both indices open and read in datareel
+        dataset = datareel.open_dataset(root, decode=False)
+        assert [dataset.read(i)["__key__"] for i in range(len(dataset))] == ["a", "b"]
+        assert dataset.read(1)["txt"] == b"second" and set(dataset.read(1)) >= {"txt"}

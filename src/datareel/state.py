@@ -88,7 +88,7 @@ def read_state(state: Any, spec: dict[str, Any]) -> Cursor:
     if state.get("format") != FORMAT:
         raise DatareelError(
             f"this is not a datareel loader state (format={state.get('format')!r}, expected "
-            f"{FORMAT!r}; keys {sorted(state)[:8]}); pass the dict returned by loader.state_dict()"
+            f"{FORMAT!r}; keys {sorted(map(str, state))[:8]}); pass the dict returned by loader.state_dict()"
         )
     if state.get("version") != VERSION:
         raise StateMismatchError(
@@ -105,7 +105,7 @@ def read_state(state: Any, spec: dict[str, Any]) -> Cursor:
     saved = _upgrade(saved, spec)
     differences = {
         field: (saved.get(field), spec.get(field))
-        for field in sorted(set(saved) | set(spec))
+        for field in sorted(set(saved) | set(spec), key=str)
         if saved.get(field) != spec.get(field)
     }
     if differences:

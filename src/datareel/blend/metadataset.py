@@ -18,10 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import DatasetError
 from ..sources.base import Source
+from ..sources.energon_meta import MAX_NODES, load_file
 from ..sources.jsonl import JsonlSource
 from ..sources.view import SourceView
 from ..sources.webdataset import WebDatasetSource
@@ -67,15 +66,22 @@ class _Builder:
     def __init__(self, *, image_decode: str | None, decode: bool | str):
         self.image_decode, self.decode = image_decode, decode
         self.names: dict[str, int] = {}
+        self.files: dict[Path, Any] = {}  # metadataset path -> its parsed document
 
     def metadataset(self, path: Path, ctx: _Context, stack: tuple[Path, ...]) -> Source | Blend:
         path = path.resolve()
         if path in stack:
             raise DatasetError(f"{path}: metadatasets include each other in a cycle: {[str(p) for p in stack]}")
-        try:
-            config = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise DatasetError(f"cannot read metadataset {path}: {exc}") from exc
+        node = self.split_node(path, ctx.split)
+        if not stack:  # the top file: refuse a tree too large to build before building any of it
+            self.count(path, ctx.split, (), {})
+        return self.node(node, path, ctx, stack + (path,), f"splits.{ctx.split}")
+
+    def split_node(self, path: Path, split: str) -> Any:
+        """The node of ``split`` in the metadataset at ``path`` (each file is read once per builder)."""
+        if path not in self.files:
+            self.files[path] = load_file(path, "metadataset")
+        config = self.files[path]
         if not isinstance(config, dict):
             raise DatasetError(f"{path}: a metadataset is a mapping with '__class__' and 'splits'")
         cls = config.get("__class__")
@@ -85,18 +91,51 @@ class _Builder:
                 f"{path}: expected __class__: MetadatasetV2 (or the legacy Metadataset) with a 'splits' mapping, "
                 f"got __class__={cls!r}"
             )
-        if ctx.split not in splits:
-            raise DatasetError(f"{path}: split {ctx.split!r} is not defined; it defines {sorted(splits)}")
-        node = splits[ctx.split]
+        if split not in splits:
+            raise DatasetError(f"{path}: split {split!r} is not defined; it defines {sorted(map(str, splits))}")
+        node = splits[split]
         if cls == "Metadataset":  # legacy v1: {datasets: [{weight, path, ...}]}
             if not isinstance(node, dict) or not isinstance(node.get("datasets"), list):
-                raise DatasetError(f"{path}: legacy split {ctx.split!r} needs a 'datasets' list")
+                raise DatasetError(f"{path}: legacy split {split!r} needs a 'datasets' list")
             node = {"blend": node["datasets"]}
-        return self.node(node, path, ctx, stack + (path,), f"splits.{ctx.split}")
+        return node
+
+    def count(self, path: Path, split: str, stack: tuple[Path, ...], memo: dict[tuple[Path, str], int]) -> int:
+        """Blends and datasets the tree of ``split`` in ``path`` holds, includes expanded (memoised per
+        file and split, so a file included many times is read once); raises past :data:`MAX_NODES`.
+        Malformed entries count as one: :meth:`node` names them when it gets there."""
+        if (path, split) in memo or path in stack:
+            return memo.get((path, split), 1)  # a cycle is named by metadataset()
+
+        def walk(node: Any, split: str) -> int:
+            if not isinstance(node, dict):
+                return 1
+            if isinstance(node.get("path"), str) and Path(node["path"]).suffix in (".yaml", ".yml"):
+                target = (path.parent / node["path"]).resolve()
+                inner = node.get("split_part", split)
+                return 1 + (self.count(target, inner, stack + (path,), memo) if isinstance(inner, str) else 0)
+            items = node.get("blend", node.get("blend_epochized"))
+            return 1 + (sum(walk(item, split) for item in items) if isinstance(items, list) else 0)
+
+        try:
+            node = self.split_node(path, split)
+        except DatasetError:
+            return 1  # named when the builder reaches it
+        memo[(path, split)] = total = walk(node, split)
+        if total > MAX_NODES:
+            raise DatasetError(
+                f"{path}: split {split!r} (with the metadatasets it includes) describes {total:,} blends and "
+                f"datasets, more than {MAX_NODES:,}; a metadataset that includes another many times multiplies "
+                f"its entries. Reference each dataset once, with its weight or repetitions"
+            )
+        return total
 
     def node(self, node: Any, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
         if not isinstance(node, dict):
             raise DatasetError(f"{yaml_path}: {where} must be a mapping, got {node!r}")
+        odd = [key for key in node if not isinstance(key, str)]
+        if odd:
+            raise DatasetError(f"{yaml_path}: {where} has keys that are not strings: {odd[:5]}")
         for key in node:
             if key in _UNSUPPORTED:
                 raise DatasetError(
@@ -140,7 +179,7 @@ class _Builder:
                 f"{'blend_epochized' if other == 'repetitions' else 'blend'} list"
             )
         value = item.get(key, 1.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e300 or value != value:
             raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a positive number")
         return float(value)
 
@@ -179,11 +218,14 @@ class _Builder:
                 out.append("end")
             elif isinstance(value, str) and value.endswith("%"):
                 try:
-                    out.append(("%", float(value[:-1]) / 100))
+                    share = float(value[:-1]) / 100
                 except ValueError:
+                    share = math.nan
+                if not 0 <= share <= 1:  # also refuses nan
                     raise DatasetError(
-                        f"{yaml_path}: {where}.subset range value {value!r} is not a percentage"
+                        f"{yaml_path}: {where}.subset range value {value!r} is not a percentage in [0%, 100%]"
                     ) from None
+                out.append(("%", share))
             elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 if not leaf:
                     raise DatasetError(
@@ -198,7 +240,11 @@ class _Builder:
         return tuple(out)
 
     def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
-        target = yaml_path.parent / str(node["path"])
+        for key in ("path", "split_part", "split_config", "dataset_config"):
+            value = node.get(key, "-")
+            if not isinstance(value, str) or not value:
+                raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a non-empty string")
+        target = yaml_path.parent / node["path"]
         split = node.get("split_part", ctx.split)
         if target.suffix in (".yaml", ".yml"):
             inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges)

@@ -30,7 +30,7 @@ from ..errors import DatasetError, OptionError
 from ..sources.energon_meta import META
 from ..sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
 from ..sources.index_files import write_index
-from ..sources.tarparse import scan_tar
+from ..sources.tarparse import BLOCK, scan_tar
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,6 @@ def scan_shard(root: Path, shard: str) -> ShardScan:
     keys: list[str] = []
     parts: list[tuple[int, str, int, int]] = []
     seen: dict[str, int] = {}
-    end = 0
     with open(path, "rb") as f:
         for header, key, part, data, size in scan_tar(f, f"shard {path}"):
             if not keys or keys[-1] != key:
@@ -78,7 +77,9 @@ def scan_shard(root: Path, shard: str) -> ShardScan:
                 )
             sample_parts.add(part)
             parts.append((len(keys) - 1, part, data, size))
-            end = data + (size + 511) // 512 * 512
+        # scan_tar stops after reading the first end block: the last sample's range runs to it, so members
+        # that belong to no sample (a README, a directory entry, a symlink) after it stay inside (as Energon's)
+        end = f.tell() - BLOCK
     offsets.append(end)
     return ShardScan(shard, np.array(offsets if keys else [0], dtype=np.uint64), keys, parts)
 

@@ -7,6 +7,7 @@ reference notes); nothing is executed from the dataset directory.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from braceexpand import braceexpand
 from ..errors import DatasetError
 
 META = ".nv-meta"
+MAX_NODES = 100_000  # values in one metadata file, aliases counted each time they are used
+MAX_DEPTH = 64  # nesting of one metadata file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,12 +37,56 @@ def is_prepared(root: Path) -> bool:
     return (meta / ".info.json").is_file() or (meta / ".info.yaml").is_file()
 
 
-def load_file(path: Path) -> Any:
+def load_file(path: Path, what: str = "") -> Any:
+    """A JSON or YAML metadata file (safe loading only), bounded in size as written and as expanded."""
     try:
         text = path.read_text(encoding="utf-8")
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        value = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise DatasetError(f"cannot read {path}: {exc}") from exc
+        raise DatasetError(f"cannot read {what}{' ' if what else ''}{path}: {exc}") from exc
+    except RecursionError:
+        raise DatasetError(f"cannot read {what}{' ' if what else ''}{path}: it is nested too deeply to parse") from None
+    _check_bounded(value, path)
+    return value
+
+
+def _check_bounded(value: Any, path: Path) -> None:
+    """Refuse a document that expands beyond :data:`MAX_NODES` values or :data:`MAX_DEPTH` levels, or
+    holds a mapping key that is not a string (every key of these formats is one).
+
+    YAML anchors are shared, not copied, when loaded, but everything that walks the document
+    visits an alias each time it is used: a few lines of anchors doubling at each line (a
+    "billion laughs") describe millions of entries, and an anchor used inside itself describes
+    an endless one.  Both are refused here, before anything walks them.
+    """
+    count = 0
+
+    def visit(node: Any, depth: int) -> None:
+        nonlocal count
+        count += 1
+        if count > MAX_NODES:
+            raise DatasetError(
+                f"{path} expands to more than {MAX_NODES:,} values (YAML anchors and aliases are counted "
+                f"each time they are used): it is not a dataset description datareel will walk; write the "
+                f"entries out, or split the file"
+            )
+        if depth > MAX_DEPTH:
+            raise DatasetError(
+                f"{path} is nested more than {MAX_DEPTH} levels deep (an anchor used inside itself?); "
+                f"metadata files are a few levels deep"
+            )
+        if isinstance(node, dict):
+            odd = [key for key in node if not isinstance(key, str)]
+            if odd:
+                raise DatasetError(
+                    f"{path} has mapping keys that are not strings: {odd[:5]} (quote them in YAML: a bare yes, "
+                    f"no, on, off or a number is not a string)"
+                )
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            visit(child, depth + 1)
+
+    visit(value, 0)
 
 
 def read_info(root: Path) -> dict[str, int]:
@@ -62,7 +109,65 @@ def _expand(entries: Any, path: Path, what: str, info: dict[str, int]) -> list[s
         return []
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         raise DatasetError(f"{path}: {what} must be a list of strings, got {entries!r}")
-    return [item for entry in entries for item in ([entry] if entry in info else braceexpand(entry))]
+    # a split names each shard at most once and an exclude each shard and sample: more names than that
+    # is an error anyway (named by the caller), and a brace range must not be expanded beyond it
+    limit = len(info) + (sum(info.values()) if what == "exclude" else 0)
+    out: list[str] = []
+    for entry in entries:
+        if entry in info:
+            out.append(entry)
+            continue
+        if _brace_count(entry) > limit:  # braceexpand materialises each range, so check the count first
+            raise DatasetError(
+                f"{path}: {what} entry {entry!r} expands to more than {limit:,} names, more than the dataset "
+                f"has {'shards and samples' if what == 'exclude' else 'shards'}; check its brace range"
+            )
+        try:
+            out.extend(braceexpand(entry))
+        except ValueError as exc:  # braceexpand's UnbalancedBracesError
+            raise DatasetError(f"{path}: {what} entry {entry!r}: {exc}; balance its braces") from None
+    return out
+
+
+_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")
+
+
+def _brace_count(pattern: str) -> int:
+    """How many names ``braceexpand(pattern)`` gives (an upper bound for character ranges), without
+    expanding: the product over top-level ``{...}`` groups of their sizes."""
+    total, depth, start, pos = 1, 0, 0, 0
+    while pos < len(pattern):
+        char = pattern[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if char == "{":
+            depth, start = depth + 1, (pos if depth == 0 else start)
+        elif char == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                total *= _group_count(pattern[start + 1 : pos])
+        pos += 1
+    return total
+
+
+def _group_count(expr: str) -> int:
+    """Names one ``{expr}`` group gives: an integer range, a character range, or comma alternatives."""
+    match = _INT_RANGE.match(expr)
+    if match:
+        first, last, step = int(match[1]), int(match[2]), int(match[3] or 1) or 1
+        return abs(last - first) // step + 1
+    if re.match(r"^[A-Za-z]\.\.[A-Za-z](\.\.-?\d+)?$", expr):
+        return 52
+    alternatives, depth, start = [], 0, 0
+    for pos, char in enumerate(expr):
+        depth += (char == "{") - (char == "}")
+        if char == "," and depth == 0:
+            alternatives.append(expr[start:pos])
+            start = pos + 1
+    if not alternatives:
+        return _brace_count(expr)  # not a group: "{" expr "}" kept literally
+    return sum(_brace_count(a) for a in alternatives + [expr[start:]])
 
 
 def read_split(root: Path, split: str, info: dict[str, int], split_config: str = "split.yaml") -> Split:

@@ -35,3 +35,15 @@ def read_index(path: Path) -> np.ndarray:
 def write_index(path: Path, offsets: np.ndarray) -> None:
     """Write ``offsets`` (uint64[count + 1]) to ``path`` (the caller renames it into place)."""
     np.asarray(offsets, dtype=DTYPE).tofile(path)
+
+
+def sample_range(idx: np.ndarray, i: int, path: Path) -> tuple[int, int]:
+    """Sample ``i``'s byte range ``[idx[i], idx[i+1])``, refused unless it lies inside the indexed bytes
+    (a damaged index must not ask for a negative or terabyte read)."""
+    start, stop, end = int(idx[i]), int(idx[i + 1]), int(idx[-1])
+    if not 0 <= start <= stop <= end:
+        raise DatasetError(
+            f"index file {path}: sample {i} spans bytes [{start}, {stop}), which is not inside the indexed "
+            f"[0, {end}); the index is damaged: re-run `datareel prepare`"
+        )
+    return start, stop

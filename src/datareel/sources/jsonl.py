@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import DatasetError
 from .base import Sample, Source, file_check
-from .index_files import read_index
+from .index_files import read_index, sample_range
 
 
 class JsonlSource(Source):
@@ -42,7 +42,7 @@ class JsonlSource(Source):
 
     def read(self, index: int) -> dict[str, Any]:
         self._open()
-        start, stop = int(self._idx[index]), int(self._idx[index + 1])
+        start, stop = sample_range(self._idx, index, Path(f"{self.path}.idx"))
         blob = os.pread(self._fd, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         try:
@@ -66,7 +66,10 @@ class JsonlSource(Source):
         """Bytes of each line (blank lines folded in). indices: int64[k] -> int64[k]."""
         self._open()
         indices = np.asarray(indices, dtype=np.int64)
-        return self._idx[indices + 1].astype(np.int64) - self._idx[indices].astype(np.int64)
+        out = self._idx[indices + 1].astype(np.int64) - self._idx[indices].astype(np.int64)
+        if (out < 0).any():
+            sample_range(self._idx, int(indices[out < 0][0]), Path(f"{self.path}.idx"))  # raises, naming it
+        return out
 
     def global_indices(self, indices: np.ndarray) -> np.ndarray:
         return np.asarray(indices, dtype=np.int64)

@@ -160,7 +160,8 @@ def scan_tar(f: BinaryIO, where: str) -> Iterator[tuple[int, str, str, int, int]
     """Stream a whole tar file: ``(header offset, key, part, data offset, size)`` per grouped member.
 
     The header offset counts any PAX / GNU long-name header before the member.
-    Returns at the end blocks; a file that ends before them is truncated.
+    Returns at the end blocks, leaving ``f`` just after the first of them; a file
+    that ends before them is truncated.
     """
     pos = 0
     member_start: int | None = None

@@ -20,7 +20,7 @@ from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .decode import PartDecoder
 from .fieldmap import TypedFields, typed_fields
-from .index_files import read_index
+from .index_files import read_index, sample_range
 from .tarparse import BLOCK, iter_members, split_name
 from .typed import SAMPLE_CLASSES
 
@@ -100,9 +100,11 @@ class WebDatasetSource(Source):
                 )
             size = path.stat().st_size
             end = int(idx[-1])
-            with open(path, "rb") as f:
-                f.seek(end)
-                tail = f.read(BLOCK)
+            tail = b""
+            if end <= size:
+                with open(path, "rb") as f:
+                    f.seek(end)
+                    tail = f.read(BLOCK)
             if size < end or len(tail) < BLOCK or tail.count(0) != BLOCK:
                 raise DatasetError(
                     f"shard {path} ({size} bytes) no longer matches its index, which ends the last sample "
@@ -145,8 +147,7 @@ class WebDatasetSource(Source):
         return idx
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
-        idx = self._index(s)
-        return int(idx[local]), int(idx[local + 1])
+        return sample_range(self._index(s), local, Path(f"{self.root / self.shards[s]}.idx"))
 
     def _pread(self, s: int, start: int, stop: int) -> bytes:
         fd = self._files.get(s)
@@ -194,6 +195,9 @@ class WebDatasetSource(Source):
             idx = self._index(s)
             mask = shard == s
             out[mask] = idx[local[mask] + 1].astype(np.int64) - idx[local[mask]].astype(np.int64)
+            if (out[mask] < 0).any():
+                bad = int(local[mask][out[mask] < 0][0])
+                sample_range(idx, bad, Path(f"{self.root / self.shards[s]}.idx"))  # raises, naming it
         return out
 
     def global_indices(self, indices: np.ndarray) -> np.ndarray:
