@@ -435,3 +435,110 @@ def test_a_shard_ending_with_non_sample_members_prepares_and_reads_as_energons(t
         dataset = datareel.open_dataset(root, decode=False)
         assert [dataset.read(i)["__key__"] for i in range(len(dataset))] == ["a", "b"]
         assert dataset.read(1)["txt"] == b"second" and set(dataset.read(1)) >= {"txt"}
+
+
+# -- prepare: one writer, an atomic --overwrite, clear errors from the CLI ----------------------------
+
+
+def _prepared(root, samples=3):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    write_shard(root / "a-0.tar", [(f"k{i}", {"txt": b"x" * (i + 1)}) for i in range(samples)])
+    prepare_webdataset(root, progress=False)
+    return root
+
+
+def test_a_second_prepare_on_the_same_directory_is_refused_while_the_first_runs(tmp_path):
+    from datareel.cli.atomic import locked
+    from datareel.cli.prepare import prepare_webdataset
+
+    root = _prepared(tmp_path)
+    with locked(root, "a test standing in for another prepare"):  # a separate lock, as another process holds
+        with pytest.raises(datareel.DatasetError, match=r"another process is already writing into"):
+            prepare_webdataset(root, overwrite=True, progress=False)
+    prepare_webdataset(root, overwrite=True, progress=False)  # free again once the holder is gone
+
+
+def test_overwrite_swaps_the_metadata_atomically_and_keeps_the_length_index(tmp_path):
+    from datareel.cli import atomic
+    from datareel.cli.prepare import prepare_webdataset
+
+    root = _prepared(tmp_path)
+    (root / ".nv-meta" / "lengths.npy").write_bytes(b"kept")
+    before = (root / ".nv-meta" / "index.uuid").read_text()
+    prepare_webdataset(root, overwrite=True, progress=False)
+    assert (root / ".nv-meta" / "index.uuid").read_text() != before
+    assert (root / ".nv-meta" / "lengths.npy").read_bytes() == b"kept"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".nv-meta")) == [".nv-meta"]
+    a, b = tmp_path / "x", tmp_path / "y"
+    a.mkdir(), b.mkdir(), (a / "in-a").touch()
+    assert atomic._exchange(a, b) and (b / "in-a").exists()  # one step on this filesystem: no gap
+
+
+def test_a_kill_in_the_middle_of_a_non_atomic_swap_is_named_and_recovered(tmp_path, monkeypatch):
+    """Where the kernel cannot exchange, the old metadata is renamed aside first; a kill right then
+    leaves no .nv-meta. Reading names the leftover; prepare recovers it (and its length index)."""
+    from datareel.cli import atomic
+    from datareel.cli.prepare import prepare_webdataset
+
+    root = _prepared(tmp_path)
+    (root / ".nv-meta" / "lengths.npy").write_bytes(b"kept")
+    replace = atomic.os.replace
+
+    def killed_after_the_first_rename(src, dst):
+        if str(dst).endswith(".nv-meta") and ".tmp-" in str(src):  # the old one is already aside
+            raise KeyboardInterrupt  # the kill
+        return replace(src, dst)
+
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(atomic.os, "replace", killed_after_the_first_rename)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_webdataset(root, overwrite=True, progress=False)
+    monkeypatch.undo()
+    assert not (root / ".nv-meta").exists()
+    with pytest.raises(datareel.DatasetError, match=r"interrupted `datareel prepare --overwrite` left the old"):
+        datareel.open_dataset(root)
+    with pytest.raises(datareel.DatasetError, match=r"rename it back to \.nv-meta, or pass --overwrite"):
+        prepare_webdataset(root, progress=False)
+    prepare_webdataset(root, overwrite=True, progress=False)
+    assert (root / ".nv-meta" / "lengths.npy").read_bytes() == b"kept"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".nv-meta")) == [".nv-meta"]
+    assert len(datareel.open_dataset(root)) == 3
+
+
+def test_an_unwritable_dataset_directory_is_a_named_error(tmp_path, monkeypatch):
+    from datareel.cli import prepare
+    from wds_helpers import write_shard
+
+    write_shard(tmp_path / "a-0.tar", [("k", {"txt": b"x"})])
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")  # chmod does not stop root, who runs CI
+
+    monkeypatch.setattr(prepare.tempfile, "mkdtemp", read_only)
+    with pytest.raises(datareel.DatasetError, match=r"Permission denied; `datareel prepare` writes .*needs write"):
+        prepare.prepare_webdataset(tmp_path, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-0.tar"]
+
+
+@pytest.mark.parametrize(
+    "argv,first_words",
+    [
+        (["prepare", "{missing}"], "datareel prepare: error: {missing} is not a directory"),
+        (["info", "{missing}"], "datareel info: error:"),
+        (["prepare", "{root}"], "datareel prepare: error: {root}/.nv-meta already exists"),
+    ],
+)
+def test_the_cli_prints_one_line_for_an_expected_error_and_a_traceback_with_debug(tmp_path, capsys, argv, first_words):
+    from datareel.cli import main
+
+    root = _prepared(tmp_path / "ds")
+    names = {"missing": str(tmp_path / "nothing-here"), "root": str(root)}
+    argv = [a.format(**names) for a in argv]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(first_words.format(**names)) and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
+    with pytest.raises((datareel.DatareelError, OSError)):
+        main(["--debug", *argv])

@@ -65,7 +65,5 @@ def open_dataset(
             name=name,
         )
     if p.is_dir():
-        raise DatasetError(
-            f"{p} has no {energon_meta.META}/.info.json: it is not a prepared dataset; run `datareel prepare {p}`"
-        )
+        raise energon_meta.unprepared(p)
     raise DatasetError(f"{p} does not exist or is not a dataset directory or .jsonl file")

@@ -14,6 +14,7 @@ from ..errors import DatareelError
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="datareel", description="Elastic, deterministic data loading for PyTorch.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo",
@@ -65,9 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _run(parser, args)
-    except DatareelError as exc:
+    except (DatareelError, OSError) as exc:  # expected: bad input, a missing file; one line, no traceback
+        if args.debug:
+            raise
         print(f"datareel {args.command}: error: {exc}", file=sys.stderr)
+        if not isinstance(exc, DatareelError):
+            print("(run with --debug for the traceback)", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"datareel {args.command}: interrupted; nothing half-written was kept", file=sys.stderr)
+        return 130
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

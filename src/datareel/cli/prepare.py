@@ -6,7 +6,9 @@ For a directory of ``*.tar`` shards it writes, per shard, ``X.tar.idx`` and, in
 Shards are scanned in parallel with a progress bar.  Nothing is written until
 every shard has been scanned and checked (duplicate keys, sample type, field
 map); files are then written under temporary names and renamed into place, so
-a failure leaves no half-written metadata.
+a failure leaves no half-written metadata.  ``--overwrite`` swaps the new
+``.nv-meta`` in atomically (:mod:`.atomic`), keeping a length index, and two
+runs on one directory do not interleave: the second is refused at once.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..sources.energon_meta import META
 from ..sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
 from ..sources.index_files import write_index
 from ..sources.tarparse import BLOCK, scan_tar
+from .atomic import leftover, locked, swap_in
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,25 @@ def prepare_webdataset(
     root = Path(root)
     if not root.is_dir():
         raise OptionError(f"{root} is not a directory of .tar shards")
+    with locked(root, "datareel prepare"):
+        return _prepare_locked(root, split_ratio, sample_type, field_map, workers, overwrite, progress)
+
+
+def _prepare_locked(
+    root: Path,
+    split_ratio: str,
+    sample_type: str,
+    field_map: dict[str, str] | None,
+    workers: int | None,
+    overwrite: bool,
+    progress: bool,
+) -> PrepareReport:
+    old = leftover(root / META)
+    if old is not None and not overwrite:
+        raise DatasetError(
+            f"{old} holds the metadata an interrupted `datareel prepare --overwrite` was replacing, and "
+            f"{root / META} is missing: rename it back to {META}, or pass --overwrite to prepare {root} again"
+        )
     if (root / META).exists() and not overwrite:
         raise OptionError(f"{root / META} already exists; pass --overwrite to prepare {root} again")
     shards = find_shards(root)
@@ -206,7 +228,13 @@ def _write_all(
     from .. import __version__
 
     tag = f".tmp-{uuid.uuid4().hex[:8]}"
-    staged = Path(tempfile.mkdtemp(prefix=".nv-meta", suffix=tag, dir=root))
+    try:
+        staged = Path(tempfile.mkdtemp(prefix=".nv-meta", suffix=tag, dir=root))
+    except OSError as exc:
+        raise DatasetError(
+            f"cannot write the dataset's metadata into {root}: {exc.strerror or exc}; `datareel prepare` writes "
+            f"{META}/ and one .idx per shard beside the shards, so it needs write access to {root}"
+        ) from None
     umask = os.umask(0)
     os.umask(umask)
     staged.chmod(0o777 & ~umask)  # mkdtemp makes it private; metadata is as readable as the shards
@@ -223,14 +251,16 @@ def _write_all(
         for tmp, final in idx_tmp:
             os.replace(tmp, final)
         old = root / META
-        if old.exists():
+        previous = old if old.exists() else leftover(old)
+        if previous is not None:
             if not overwrite:
                 raise DatasetError(f"{old} appeared while preparing; pass --overwrite to replace it")
             for keep in ("lengths.npy", "lengths.npy.json"):  # a length index survives; if stale, it is refused
-                if (old / keep).exists():
-                    shutil.copy2(old / keep, staged / keep)
-            shutil.rmtree(old)
-        os.replace(staged, old)
+                if (previous / keep).exists():
+                    shutil.copy2(previous / keep, staged / keep)
+        swap_in(staged, old)
+        if previous is not None and previous != old:
+            shutil.rmtree(previous)
     except BaseException:
         for tmp, _ in idx_tmp:
             tmp.unlink(missing_ok=True)

@@ -37,6 +37,18 @@ def is_prepared(root: Path) -> bool:
     return (meta / ".info.json").is_file() or (meta / ".info.yaml").is_file()
 
 
+def unprepared(root: Path) -> DatasetError:
+    """The error for a directory without metadata, naming old metadata an interrupted
+    ``prepare --overwrite`` left aside (see :mod:`datareel.cli.atomic`)."""
+    aside = sorted(root.glob(f"{META}.replaced-*"))
+    if aside:
+        return DatasetError(
+            f"{root} has no {META}/: an interrupted `datareel prepare --overwrite` left the old metadata in "
+            f"{aside[0]}; rename it back to {META}, or run `datareel prepare --overwrite {root}`"
+        )
+    return DatasetError(f"{root} has no {META}/.info.json: it is not a prepared dataset; run `datareel prepare {root}`")
+
+
 def load_file(path: Path, what: str = "") -> Any:
     """A JSON or YAML metadata file (safe loading only), bounded in size as written and as expanded."""
     try:

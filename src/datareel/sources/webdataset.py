@@ -49,10 +49,7 @@ class WebDatasetSource(Source):
     ):
         self.root = Path(root)
         if not meta.is_prepared(self.root):
-            raise DatasetError(
-                f"{self.root} is not a prepared dataset (no {meta.META}/.info.json); run "
-                f"`datareel prepare {self.root}` first"
-            )
+            raise meta.unprepared(self.root)
         info = meta.read_info(self.root)
         if split is None:  # every shard in .info.json order, nothing excluded (length indexing)
             self.split = meta.Split(name="*", shards=tuple(info))
