@@ -10,6 +10,7 @@ The tar header parser's own fuzz tests are in ``test_hardening.py``.
 
 from __future__ import annotations
 
+import io
 import os
 import resource
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import datareel
@@ -63,8 +64,10 @@ def works_or_refuses(path: Path) -> None:
     with bounded():
         try:
             read_everything(path)
-        except DatareelError:
-            pass
+        except DatareelError as exc:
+            event(f"refused: {type(exc).__name__}")
+        else:
+            event("read")
 
 
 # -- datasets to damage -----------------------------------------------------------------------------
@@ -249,3 +252,111 @@ def test_a_fuzzed_state_restores_or_is_refused(data):
         except DatareelError:
             return
     next(iter(loader))  # accepted: it must also work
+
+
+# -- JSONL files: what prepares, reads ----------------------------------------------------------------
+
+LINE = st.sampled_from(
+    [
+        b'{"a": 1}',
+        b'{"b": [1, 2]}',
+        b"",
+        b"  ",
+        b"\t",
+        b"\x0c",
+        b"\x0b",
+        b"\r",
+        b"{bad}",
+        b'{"a": 1}{"b": 2}',
+        b"\xef\xbb\xbf{}",
+        b'{"s": "\xff"}',
+        b"[1]",
+        b"{",
+        b"}",
+        b'{"x": "\\u00e9"}',
+        b" {} ",
+    ]
+)
+
+
+@FUZZ
+@given(lines=st.lists(LINE, max_size=8), ending=st.sampled_from([b"\n", b"\r\n", b"\r"]), last=st.booleans())
+def test_a_jsonl_file_that_prepares_reads_every_sample(tmp_path_factory, lines, ending, last):
+    path = tmp_path_factory.mktemp("jsonl") / "f.jsonl"
+    path.write_bytes(ending.join(lines) + (ending if last else b""))
+    with bounded():
+        try:
+            count = prepare_jsonl(path)
+        except DatareelError:
+            return  # refused at prepare: fine
+        dataset = datareel.open_dataset(path)
+        assert len(dataset) == count
+        for i in range(count):
+            assert isinstance(dataset.read(i)["json"], dict)  # no failure deferred to training
+
+
+# -- whole shards: damaged bytes through prepare and reading --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shard_bytes(pristine) -> bytes:
+    return (pristine / "part-0.tar").read_bytes()
+
+
+FIELDS = [
+    range(0, 100),
+    range(100, 124),
+    range(124, 136),
+    range(136, 148),
+    range(156, 157),
+    range(257, 265),
+    range(345, 500),
+]  # name, mode/uid/gid, size, mtime, type flag, magic/version, ustar prefix
+
+
+@FUZZ
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), min_size=1, max_size=6),
+    header_edits=st.lists(
+        st.tuples(
+            st.integers(0, 5), st.sampled_from(FIELDS).flatmap(st.sampled_from), st.binary(min_size=1, max_size=12)
+        ),
+        max_size=4,
+    ),
+    fix_checksums=st.booleans(),
+    cut=st.one_of(st.none(), st.integers(0, 4096)),
+)
+def test_a_damaged_shard_prepares_and_reads_or_is_refused(
+    tmp_path_factory, shard_bytes, flips, header_edits, fix_checksums, cut
+):
+    """Edits anywhere in a shard, and in the fields of its member headers (with their checksums made
+    valid again, so the parser has to deal with the field itself), and truncation."""
+    import tarfile
+
+    from datareel.sources.tarparse import BLOCK
+
+    blob = bytearray(shard_bytes)
+    headers = [m.offset for m in tarfile.open(fileobj=io.BytesIO(shard_bytes))]
+    for where, value in flips:
+        blob[where % len(blob)] = value
+    for member, at, data in header_edits:
+        start = headers[member % len(headers)] + at
+        blob[start : start + len(data)] = data[: BLOCK - at]
+        del blob[len(shard_bytes) :]  # keep the length: edits overwrite
+    if fix_checksums:
+        for h in headers:
+            block = blob[h : h + BLOCK]
+            block[148:156] = b" " * 8
+            blob[h + 148 : h + 156] = f"{sum(block):06o}\0 ".encode()
+    if cut is not None:
+        blob = blob[:cut]
+    root = tmp_path_factory.mktemp("shard")
+    (root / "s.tar").write_bytes(bytes(blob))
+    with bounded():
+        try:
+            prepare_webdataset(root, progress=False)
+        except DatareelError:
+            event("refused by prepare")
+            return
+    event("prepared")
+    works_or_refuses(root)

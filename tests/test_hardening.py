@@ -542,3 +542,49 @@ def test_the_cli_prints_one_line_for_an_expected_error_and_a_traceback_with_debu
     assert len(err.strip().splitlines()) <= 2
     with pytest.raises((datareel.DatareelError, OSError)):
         main(["--debug", *argv])
+
+
+# -- JSONL: what prepares, reads ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content,named",
+    [
+        (b'{"a": 1}\n{bad}\n', r"line 2: not one valid JSON object"),
+        (b'{"a": 1}{"b": 2}\n', r"line 1: .*Extra data.*two on one line"),
+        (b'{"a": 1}\r{"b": 2}\r', r"line 1: .*carriage return inside the line"),
+        (b'{"a": 1}\n\x0c\n{"b": 2}\n', r"line 1: .*form feed"),
+        (b'\xef\xbb\xbf{"a": 1}\n', r"line 1: .*byte-order mark"),
+        (b'{"a": "\xff"}\n', r"line 1: not valid UTF-8"),
+    ],
+    ids=["not json", "two objects", "CR-only", "form feed", "BOM", "not utf-8"],
+)
+def test_jsonl_prepare_refuses_what_training_could_not_read_naming_the_line(tmp_path, content, named):
+    from datareel.cli.prepare import prepare_jsonl
+
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(datareel.DatasetError, match=named):
+        prepare_jsonl(path)
+    assert not (tmp_path / "data.jsonl.idx").exists()
+
+
+def test_a_member_name_that_is_not_utf8_is_refused_by_prepare_naming_its_bytes(tmp_path):
+    from datareel.cli.prepare import prepare_webdataset
+
+    with tarfile.open(tmp_path / "a.tar", "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as tar:
+        for name in ["ok.txt", "caf\xe9.txt"]:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(datareel.DatasetError, match=r"member name b'caf\\xe9.txt' \(header at byte 1024\)"):
+        prepare_webdataset(tmp_path, progress=False)
+
+
+def test_a_directory_named_like_a_shard_is_not_a_shard(tmp_path):
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    write_shard(tmp_path / "a-0.tar", [("k", {"txt": b"x"})])
+    (tmp_path / "extra.tar").mkdir()
+    assert prepare_webdataset(tmp_path, progress=False).shards == 1

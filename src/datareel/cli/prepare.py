@@ -13,6 +13,7 @@ runs on one directory do not interleave: the second is refused at once.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import shutil
@@ -63,6 +64,12 @@ def scan_shard(root: Path, shard: str) -> ShardScan:
     seen: dict[str, int] = {}
     with open(path, "rb") as f:
         for header, key, part, data, size in scan_tar(f, f"shard {path}"):
+            if not _is_utf8(key) or not _is_utf8(part):
+                raw = f"{key}.{part}".encode("utf-8", "surrogateescape")
+                raise DatasetError(
+                    f"shard {path}: the member name {raw!r} (header at byte {header}) is not valid UTF-8, so its "
+                    f"key cannot be stored or looked up; rename the member (keys and parts are UTF-8 text)"
+                )
             if not keys or keys[-1] != key:
                 if key in seen:
                     raise DatasetError(
@@ -87,8 +94,22 @@ def scan_shard(root: Path, shard: str) -> ShardScan:
     return ShardScan(shard, np.array(offsets if keys else [0], dtype=np.uint64), keys, parts)
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether a name decoded with ``surrogateescape`` was valid UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def find_shards(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.tar") if META not in p.relative_to(root).parts)
+    """Every ``*.tar`` file under ``root`` (a directory so named is not a shard), relative, sorted."""
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*.tar")
+        if META not in p.relative_to(root).parts and p.is_file()
+    )
 
 
 def parse_split_ratio(text: str) -> dict[str, float]:
@@ -303,27 +324,36 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
     """Write ``path.idx`` for a JSONL file; returns the sample count.
 
     Blank lines belong to the previous sample's range (leading ones to the
-    first); every other line must be one JSON object (``{...}``).
+    first); every other line must be one JSON object (``{...}``).  Each sample's
+    whole range is parsed here exactly as the reader will parse it, so a file
+    that prepares is a file that reads: nothing fails later in training.
     """
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"JSONL file {path} does not exist")
     starts: list[int] = []
     pos = 0
+    sample = bytearray()  # the current sample's range: its line and the blank lines after it
+    first = 1  # the current sample's line number
     with open(path, "rb") as f:
         for number, line in enumerate(f, start=1):
             text = line.strip()
             if text:
+                if starts:
+                    _check_jsonl_sample(path, first, bytes(sample))
+                    sample.clear()
                 if not (text.startswith(b"{") and text.endswith(b"}")):
+                    bom = " (it starts with a UTF-8 byte-order mark: save the file without one)"
                     raise DatasetError(
                         f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')"
+                        + (bom if line.startswith(codecs.BOM_UTF8) else "")
                     )
-                try:
-                    text.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise DatasetError(f"{path} line {number}: not valid UTF-8 ({exc.reason})") from exc
                 starts.append(pos)
+                first = number
+            sample += line
             pos += len(line)
+    if starts:
+        _check_jsonl_sample(path, first, bytes(sample))
     if not starts:
         raise DatasetError(f"{path} holds no JSON lines")
     starts[0] = 0
@@ -334,3 +364,26 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
     finally:
         tmp.unlink(missing_ok=True)
     return len(starts)
+
+
+def _check_jsonl_sample(path: Path, number: int, blob: bytes) -> None:
+    """Parse one sample's byte range as :class:`~datareel.sources.jsonl.JsonlSource` will."""
+    where = f"{path} line {number}"
+    try:
+        value = json.loads(blob.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start} of the line)") from None
+    except json.JSONDecodeError as exc:
+        hint = ""
+        if b"\r" in blob.rstrip(b"\r\n"):
+            hint = "; it holds a carriage return inside the line: convert CR-only line endings to \\n"
+        elif any(c in blob for c in b"\x0b\x0c"):
+            hint = "; it holds a form feed or vertical tab, which JSON does not allow outside strings"
+        elif exc.msg == "Extra data":
+            hint = "; each line holds one JSON object (two on one line? split them)"
+        raise DatasetError(
+            f"{where}: not one valid JSON object: {exc.msg} (line {number + exc.lineno - 1}, column {exc.colno})"
+            f"{hint}"
+        ) from None
+    if not isinstance(value, dict):
+        raise DatasetError(f"{where}: a JSONL sample is a JSON object, got {type(value).__name__}")
