@@ -588,3 +588,49 @@ def test_a_directory_named_like_a_shard_is_not_a_shard(tmp_path):
     write_shard(tmp_path / "a-0.tar", [("k", {"txt": b"x"})])
     (tmp_path / "extra.tar").mkdir()
     assert prepare_webdataset(tmp_path, progress=False).shards == 1
+
+
+# -- a dead worker -------------------------------------------------------------------------------------
+
+
+class DiesOnce:
+    """An encoder whose worker process dies (os._exit, as the OOM killer would) at one sample, once."""
+
+    def __init__(self, marker, at):
+        self.marker, self.at = str(marker), at
+
+    def encode_sample(self, sample):
+        import os
+
+        if sample == self.at and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(9)
+        return sample
+
+
+@pytest.mark.slow  # worker processes
+@pytest.mark.parametrize("persistent", [True, False])
+def test_after_a_worker_dies_a_fresh_iterator_continues_the_same_stream(tmp_path, persistent):
+    data = datareel.from_sequence(list(range(40)))
+    options = dict(global_batch_size=4, micro_batch_size=2, seed=5)
+    reference = [b.tolist() for _, b in zip(range(12), datareel.Loader(data, **options))]
+    loader = datareel.Loader(
+        data,
+        **options,
+        num_workers=2,
+        persistent_workers=persistent,
+        task_encoder=DiesOnce(tmp_path / "died", at=reference[6][0]),
+    )
+    got = []
+    it = iter(loader)
+    with pytest.raises(RuntimeError, match=r"DataLoader worker") as info:
+        while len(got) < 12:
+            got.append(next(it).tolist())
+    assert any("call iter(loader) again to continue from cursor" in note for note in info.value.__notes__)
+    with pytest.raises(datareel.DatareelError, match=r"call iter\(loader\) again"):
+        next(it)  # the broken iterator says what to do
+    it = iter(loader)  # fresh workers
+    while len(got) < 12:
+        got.append(next(it).tolist())
+    assert got == reference  # nothing lost, nothing repeated
+    loader.close()

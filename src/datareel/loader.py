@@ -185,6 +185,12 @@ class Loader:
             self._dataloader = self.workers.dataloader(self._maker, DescriptorSampler(self), seed=self.seed)
         return self._dataloader
 
+    def _discard_workers(self) -> None:
+        """Forget the DataLoader after a worker failure: the next ``iter()`` starts new workers (a
+        persistent DataLoader would otherwise reuse the broken ones), and older iterators refuse."""
+        self._generation += 1
+        self._dataloader = None
+
     def close(self) -> None:
         """Stop worker processes and a planning process (also done when the loader is garbage-collected)."""
         self._generation += 1
@@ -257,10 +263,16 @@ class _LoaderIterator:
             if self.queue.end is not None:  # a finite pass ended: every rank ends at the same cursor
                 loader._cursor = self.queue.end
             raise
-        except (
-            BatchError
-        ):  # this micro-batch failed in the making: it counts as consumed (a caller that goes on skips it)
+        except BatchError:  # this micro-batch failed in the making: it counts as consumed (a caller going on skips it)
             loader._cursor = self.queue.take()
+            raise
+        except Exception as exc:  # a worker died or timed out: the DataLoader (persistent workers too) is broken
+            loader._discard_workers()
+            self.inner = iter(())  # let go of the broken DataLoader iterator: its other workers shut down
+            exc.add_note(
+                f"datareel: the loader dropped its worker processes; call iter(loader) again to continue from "
+                f"cursor {loader.cursor} (nothing handed out is lost or repeated) with fresh workers"
+            )
             raise
         if isinstance(batch, dict) and isinstance(batch.get("__positions__"), np.ndarray):
             batch["__positions__"] = positions_tensor(batch["__positions__"])

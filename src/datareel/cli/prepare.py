@@ -382,8 +382,7 @@ def _check_jsonl_sample(path: Path, number: int, blob: bytes) -> None:
         elif exc.msg == "Extra data":
             hint = "; each line holds one JSON object (two on one line? split them)"
         raise DatasetError(
-            f"{where}: not one valid JSON object: {exc.msg} (line {number + exc.lineno - 1}, column {exc.colno})"
-            f"{hint}"
+            f"{where}: not one valid JSON object: {exc.msg} (line {number + exc.lineno - 1}, column {exc.colno}){hint}"
         ) from None
     if not isinstance(value, dict):
         raise DatasetError(f"{where}: a JSONL sample is a JSON object, got {type(value).__name__}")
