@@ -634,3 +634,25 @@ def test_after_a_worker_dies_a_fresh_iterator_continues_the_same_stream(tmp_path
         got.append(next(it).tolist())
     assert got == reference  # nothing lost, nothing repeated
     loader.close()
+
+
+@pytest.mark.parametrize(
+    "entry,named",
+    [
+        ("{path: ./ds, weight: 1, split_part: [train]}", r"split_part=\['train'\] must be a non-empty string"),
+        ("{path: ./ds, weight: 1, subset: {range: ['nan%', end]}}", r"'nan%' is not a percentage in \[0%, 100%\]"),
+        ("{path: ./ds, weight: 1, subset: {range: ['0%', '150%']}}", r"'150%' is not a percentage"),
+        ("{path: ./ds, weight: " + "9" * 400 + "}", r"weight=9+ must be a positive number"),
+        ("{path: 17, weight: 1}", r"path=17 must be a non-empty string"),
+        ("{1: 2, path: ./ds}", r"keys that are not strings: \[1\]"),
+    ],
+    ids=["split_part list", "nan%", "150%", "huge weight", "path int", "int key"],
+)
+def test_malformed_metadataset_entries_are_named_errors(tmp_path, entry, named):
+    _prepared(tmp_path / "ds")
+    text = (
+        f"__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n      - {entry}\n      - {{path: ./ds, weight: 1}}\n"
+    )
+    (tmp_path / "m.yaml").write_text(text)
+    with must_return(), pytest.raises(datareel.DatasetError, match=named):
+        datareel.open_dataset(tmp_path / "m.yaml")
