@@ -656,3 +656,28 @@ def test_malformed_metadataset_entries_are_named_errors(tmp_path, entry, named):
     (tmp_path / "m.yaml").write_text(text)
     with must_return(), pytest.raises(datareel.DatasetError, match=named):
         datareel.open_dataset(tmp_path / "m.yaml")
+
+
+@pytest.mark.parametrize("kind", ["tar", "jsonl"])
+@pytest.mark.parametrize(
+    "offsets", [[0, 1 << 40], [1 << 40, 3], [2**64 - 1, 2**64 - 1]], ids=["1 TiB", "reversed", "max"]
+)
+def test_a_damaged_index_is_refused_before_any_huge_or_negative_read(tmp_path, kind, offsets):
+    import struct
+
+    from datareel.cli.prepare import prepare_jsonl
+
+    if kind == "tar":
+        root = _prepared(tmp_path, samples=3)
+        index, open_path = root / "a-0.tar.idx", root
+    else:
+        open_path = tmp_path / "d.jsonl"
+        open_path.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n')
+        prepare_jsonl(open_path)
+        index = tmp_path / "d.jsonl.idx"
+    words = list(struct.unpack(f"<{index.stat().st_size // 8}Q", index.read_bytes()))
+    words[1:3] = offsets  # sample 1's range (and sample 0's end, sample 2's start)
+    index.write_bytes(struct.pack(f"<{len(words)}Q", *words))
+    dataset = datareel.open_dataset(open_path, decode=False)
+    with must_return(), pytest.raises(datareel.DatasetError, match=r"index file .*: sample 1 spans bytes"):
+        dataset.read(1)
