@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import signal
 import tarfile
 
@@ -17,6 +18,8 @@ from datareel.energon import WorkerConfig, get_savable_loader, get_train_dataset
 from datareel.errors import OptionError, TopologyError
 from datareel.sources.tarparse import BLOCK, TarFormatError, iter_members, scan_tar
 from state_edit import edited
+
+FUZZ_EXAMPLES = int(os.environ.get("DATAREEL_FUZZ_EXAMPLES", "60"))  # as in test_fuzz.py: raise it to fuzz longer
 
 
 @contextlib.contextmanager
@@ -90,7 +93,7 @@ def test_a_well_formed_pax_path_still_names_the_member():
     assert [(name, size) for name, _, size in members(blob)] == [("dir/long-name.txt", 3)]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5 * FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     size_field=st.binary(min_size=12, max_size=12),
     kind=st.sampled_from([b"0", b"x", b"L", b"5", b"2", b"\0"]),
@@ -106,7 +109,7 @@ def test_fuzzed_headers_parse_or_raise_a_tar_format_error(size_field, kind, payl
             pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=4 * FUZZ_EXAMPLES, deadline=None)
 @given(records=st.lists(st.tuples(st.integers(-3, 40), st.binary(max_size=30)), max_size=5))
 def test_fuzzed_pax_records_parse_or_raise_a_tar_format_error(records):
     payload = b"".join(f"{n} ".encode() + body for n, body in records)

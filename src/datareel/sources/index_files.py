@@ -9,6 +9,7 @@ sample ends.  Sample ``i`` is the byte range ``[idx[i], idx[i+1])``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +38,14 @@ def write_index(path: Path, offsets: np.ndarray) -> None:
     np.asarray(offsets, dtype=DTYPE).tofile(path)
 
 
-def sample_range(idx: np.ndarray, i: int, path: Path) -> tuple[int, int]:
+def sample_range(idx: np.ndarray, i: int, path: Callable[[], object]) -> tuple[int, int]:
     """Sample ``i``'s byte range ``[idx[i], idx[i+1])``, refused unless it lies inside the indexed bytes
-    (a damaged index must not ask for a negative or terabyte read)."""
+    (a damaged index must not ask for a negative or terabyte read).  ``path()`` names the index file
+    (called only for the error: this is on every read)."""
     start, stop, end = int(idx[i]), int(idx[i + 1]), int(idx[-1])
     if not 0 <= start <= stop <= end:
         raise DatasetError(
-            f"index file {path}: sample {i} spans bytes [{start}, {stop}), which is not inside the indexed "
+            f"index file {path()}: sample {i} spans bytes [{start}, {stop}), which is not inside the indexed "
             f"[0, {end}); the index is damaged: re-run `datareel prepare`"
         )
     return start, stop

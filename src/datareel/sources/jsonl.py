@@ -42,7 +42,7 @@ class JsonlSource(Source):
 
     def read(self, index: int) -> dict[str, Any]:
         self._open()
-        start, stop = sample_range(self._idx, index, Path(f"{self.path}.idx"))
+        start, stop = sample_range(self._idx, index, lambda: f"{self.path}.idx")
         blob = os.pread(self._fd, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         try:
@@ -68,7 +68,7 @@ class JsonlSource(Source):
         indices = np.asarray(indices, dtype=np.int64)
         out = self._idx[indices + 1].astype(np.int64) - self._idx[indices].astype(np.int64)
         if (out < 0).any():
-            sample_range(self._idx, int(indices[out < 0][0]), Path(f"{self.path}.idx"))  # raises, naming it
+            sample_range(self._idx, int(indices[out < 0][0]), lambda: f"{self.path}.idx")  # raises, naming it
         return out
 
     def global_indices(self, indices: np.ndarray) -> np.ndarray:

@@ -144,7 +144,7 @@ class WebDatasetSource(Source):
         return idx
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
-        return sample_range(self._index(s), local, Path(f"{self.root / self.shards[s]}.idx"))
+        return sample_range(self._index(s), local, lambda: f"{self.root / self.shards[s]}.idx")
 
     def _pread(self, s: int, start: int, stop: int) -> bytes:
         fd = self._files.get(s)
@@ -194,7 +194,7 @@ class WebDatasetSource(Source):
             out[mask] = idx[local[mask] + 1].astype(np.int64) - idx[local[mask]].astype(np.int64)
             if (out[mask] < 0).any():
                 bad = int(local[mask][out[mask] < 0][0])
-                sample_range(idx, bad, Path(f"{self.root / self.shards[s]}.idx"))  # raises, naming it
+                sample_range(idx, bad, lambda s=s: f"{self.root / self.shards[s]}.idx")  # raises, naming it
         return out
 
     def global_indices(self, indices: np.ndarray) -> np.ndarray:
@@ -216,7 +216,10 @@ class WebDatasetSource(Source):
 
     def read_raw(self, index: int) -> tuple[str, dict[str, bytes], str]:
         """``(key, {part: bytes}, where)`` of sample ``index``."""
-        s, local = self.locate(index)
+        return self._read_raw(*self.locate(index))
+
+    def _read_raw(self, s: int, local: int) -> tuple[str, dict[str, bytes], str]:
+        """``(key, {part: bytes}, where)`` of sample ``local`` of shard ``s``."""
         start, stop = self._range(s, local)
         where = self._where[s]
         blob = self._pread(s, start, stop)
@@ -245,9 +248,9 @@ class WebDatasetSource(Source):
         return key, parts, f"{where} key {key!r}"
 
     def read(self, index: int) -> Any:
-        key, parts, where = self.read_raw(index)
-        decode = self.decoder
         s, local = self.locate(index)
+        key, parts, where = self._read_raw(s, local)
+        decode = self.decoder
         head = {"__key__": key, "__restore_key__": ("Webdataset", self.shards[s], local)}
         if self.typed is not None:
             fields = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), where)
