@@ -4,6 +4,7 @@ named DatasetError; argument checks that used to hang or pass bad values through
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import signal
@@ -626,10 +627,12 @@ def test_after_a_worker_dies_a_fresh_iterator_continues_the_same_stream(tmp_path
     )
     got = []
     it = iter(loader)
-    with pytest.raises(RuntimeError, match=r"DataLoader worker") as info:
+    with pytest.raises(Exception) as info:  # torch's RuntimeError, or an EOFError from the dead worker's queue
         while len(got) < 12:
             got.append(next(it).tolist())
-    assert any("call iter(loader) again to continue from cursor" in note for note in info.value.__notes__)
+    notes = getattr(info.value, "__notes__", [])
+    assert any("call iter(loader) again to continue from cursor" in note for note in notes), info.value
+    del info  # its traceback holds the broken DataLoader iterator
     with pytest.raises(datareel.DatareelError, match=r"call iter\(loader\) again"):
         next(it)  # the broken iterator says what to do
     it = iter(loader)  # fresh workers
@@ -637,6 +640,8 @@ def test_after_a_worker_dies_a_fresh_iterator_continues_the_same_stream(tmp_path
         got.append(next(it).tolist())
     assert got == reference  # nothing lost, nothing repeated
     loader.close()
+    del it
+    gc.collect()  # worker processes stop here, not inside a later test
 
 
 @pytest.mark.parametrize(

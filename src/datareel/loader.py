@@ -8,6 +8,7 @@ prefetched batches never count; after a restore they are simply made again.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -268,7 +269,11 @@ class _LoaderIterator:
             raise
         except Exception as exc:  # a worker died or timed out: the DataLoader (persistent workers too) is broken
             loader._discard_workers()
-            self.inner = iter(())  # let go of the broken DataLoader iterator: its other workers shut down
+            shutdown = getattr(self.inner, "_shutdown_workers", None)  # torch's multi-process iterator
+            if shutdown is not None:
+                with contextlib.suppress(Exception):
+                    shutdown()  # stop its other workers now, not whenever the garbage collector finds it
+            self.inner = iter(())
             exc.add_note(
                 f"datareel: the loader dropped its worker processes; call iter(loader) again to continue from "
                 f"cursor {loader.cursor} (nothing handed out is lost or repeated) with fresh workers"
