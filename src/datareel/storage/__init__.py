@@ -1,0 +1,83 @@
+"""Where dataset bytes live: a local path, or an object in a bucket (``s3://``, ``msc://``).
+
+One small protocol, :class:`Files`, is all the readers need: the size (and, remote, the ETag) of
+an object, a byte range of it, the whole of a small one, and, for ``prepare``, writing one.
+:func:`files_for` picks the backend from the path; :func:`join` resolves a relative path against
+a local directory or a URL alike.
+
+    files = files_for("s3://bucket/ds/shard-0.tar")
+    header = files.read_range("s3://bucket/ds/shard-0.tar", 0, 512)   # one ranged GET
+
+Remote backends keep one client per process, made lazily (after a DataLoader worker forks) and
+reused; transient failures are retried with exponential backoff, a bounded number of times, then
+raised as :class:`~datareel.errors.DatasetError` naming the URL.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Protocol
+
+REMOTE_SCHEMES = ("s3", "msc")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object's size in bytes and, where the store reports one, its ETag (``None`` locally)."""
+
+    size: int
+    etag: str | None = None
+
+
+class Files(Protocol):
+    """The operations dataset readers and ``prepare`` need from a store."""
+
+    def info(self, path: str) -> ObjectInfo:
+        """Size (and ETag); raises :class:`~datareel.errors.DatasetError` naming ``path`` if missing."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def read_range(self, path: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)``, exactly ``stop - start`` of them, or a DatasetError naming ``path``."""
+        ...
+
+    def read(self, path: str) -> bytes:
+        """The whole object (for metadata and index files)."""
+        ...
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write the whole object; visible to readers only once complete."""
+        ...
+
+
+def is_remote(path: object) -> bool:
+    """Whether ``path`` names an object in a bucket (``s3://...``, ``msc://...``)."""
+    return isinstance(path, str) and path.split("://", 1)[0].lower() in REMOTE_SCHEMES and "://" in path
+
+
+def join(base: str, relative: str) -> str:
+    """``relative`` resolved against the directory ``base`` (a local path or a URL); an absolute path
+    or a URL in ``relative`` is returned as it is."""
+    if "://" in relative or relative.startswith("/"):
+        return relative
+    if is_remote(base):
+        scheme, rest = base.split("://", 1)
+        bucket, _, key = rest.partition("/")
+        return f"{scheme}://{bucket}/{posixpath.normpath(posixpath.join(key, relative)).lstrip('/')}"
+    return posixpath.normpath(posixpath.join(base, relative))
+
+
+def files_for(path: str) -> Files:
+    """The backend for ``path``: the process's remote client for URLs, the local file system otherwise."""
+    if is_remote(path):
+        from .remote import remote_files
+
+        return remote_files()
+    from .local import LOCAL
+
+    return LOCAL
+
+
+__all__ = ["REMOTE_SCHEMES", "Files", "ObjectInfo", "files_for", "is_remote", "join"]

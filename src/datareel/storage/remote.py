@@ -1,0 +1,195 @@
+"""Objects in buckets through NVIDIA's multi-storage-client (MSC), the library Energon uses.
+
+``msc://profile/key`` uses the profile from MSC's usual configuration (``MSC_CONFIG``,
+``~/.msc_config.yaml``, ...). ``s3://bucket/key`` uses MSC's implicit S3 profile, so the standard
+AWS configuration applies as users expect (credentials and ``AWS_ENDPOINT_URL`` from the
+environment or ``~/.aws``); datareel adds no config file of its own.
+
+Each process makes its clients lazily (a DataLoader worker after fork gets its own) and reuses
+them, so connections are reused too.  A transient failure (a 5xx or throttling answer, a reset or
+timed-out connection, a body shorter than asked for) is retried with exponential backoff, at most
+:attr:`Retry.attempts` times; a permanent one (403, 404) is not.  Both end in a
+:class:`~datareel.errors.DatasetError` naming the URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..errors import DatasetError, OptionError, check_int
+from . import ObjectInfo
+
+log = logging.getLogger("datareel")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retry:
+    """Retries of transient failures: ``attempts`` tries in all, sleeping ``first_delay · 2^k`` (at most
+    ``max_delay``, with up to 10% jitter) between them."""
+
+    attempts: int = 6
+    first_delay: float = 0.1
+    max_delay: float = 5.0
+
+    def __post_init__(self) -> None:
+        check_int(self.attempts, "attempts", minimum=1, maximum=100, where="Retry")
+        for name in ("first_delay", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 600:
+                raise OptionError(f"Retry({name}={value!r}) must be a number of seconds in [0, 600]")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed try ``attempt`` (0-based)."""
+        base = min(self.max_delay, self.first_delay * 2**attempt)
+        return base * (1 + 0.1 * random.random())
+
+
+class ShortBody(Exception):
+    """A ranged GET returned fewer bytes than asked for (a connection dropped mid-body)."""
+
+
+def _msc() -> Any:
+    try:
+        import multistorageclient
+    except ImportError:
+        raise DatasetError(
+            "reading s3:// or msc:// datasets needs multi-storage-client with its S3 support: "
+            "pip install 'datareel[remote]'"
+        ) from None
+    return multistorageclient
+
+
+_STATUS = re.compile(r"status[ _]code:? *(\d{3})", re.IGNORECASE)
+_TRANSIENT_TYPES = {
+    "RetryableError",  # MSC's: 5xx answers and throttling it recognises
+    "BotoCoreError",  # botocore's connection, read and streaming errors
+    "ConnectionClosedError",
+    "ReadTimeoutError",
+    "EndpointConnectionError",
+    "IncompleteReadError",
+    "ResponseStreamingError",
+}
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status behind a failure: botocore's response, or the code MSC writes into its message."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(code, int):
+            return code
+    match = _STATUS.search(str(exc))
+    return int(match[1]) if match else None
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failure may go away on retry: a 5xx or 429 answer, throttling, a dropped or timed-out
+    connection, a short body; anywhere in the exception's chain of causes."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            return False
+        if isinstance(current, (ShortBody, ConnectionError, TimeoutError)):
+            return True
+        if {cls.__name__ for cls in type(current).__mro__} & _TRANSIENT_TYPES:
+            return True
+        status = _status(current)
+        if status is not None:
+            return status >= 500 or status == 429
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class RemoteFiles:
+    """:class:`~datareel.storage.Files` for ``s3://`` and ``msc://`` URLs; one instance per process."""
+
+    def __init__(self, retry: Retry | None = None):
+        self.retry = retry or Retry()
+        self.requests = 0  # requests sent by this process (tries included), for the cost figures
+        self._clients: dict[str, tuple[Any, str]] = {}
+
+    def _resolve(self, url: str) -> tuple[Any, str]:
+        """The MSC client and the object path inside it for ``url`` (cached per process)."""
+        found = self._clients.get(url)
+        if found is None:
+            try:
+                found = self._clients[url] = _msc().resolve_storage_client(url)
+            except (ValueError, KeyError) as exc:
+                raise DatasetError(f"{url}: {exc}; check the URL (s3://bucket/key or msc://profile/key)") from None
+        return found
+
+    def _call(self, url: str, what: str, call: Callable[[Any, str], T]) -> T:
+        """Run ``call(client, path)`` with the retry policy; errors become DatasetErrors naming ``url``."""
+        client, path = self._resolve(url)
+        for attempt in range(self.retry.attempts):
+            self.requests += 1
+            try:
+                return call(client, path)
+            except Exception as exc:
+                if isinstance(exc, FileNotFoundError):
+                    raise DatasetError(f"{url} does not exist ({what})") from None
+                if isinstance(exc, PermissionError):
+                    raise DatasetError(f"{url}: access denied ({what}): {exc}; check the credentials") from None
+                if not _transient(exc) or attempt + 1 == self.retry.attempts:
+                    tries = f" after {attempt + 1} tries" if attempt else ""
+                    raise DatasetError(f"{url}: {what} failed{tries}: {type(exc).__name__}: {exc}") from exc
+                wait = self.retry.delay(attempt)
+                log.debug("%s: %s failed (%s); retry %d in %.2f s", url, what, exc, attempt + 1, wait)
+                time.sleep(wait)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def info(self, path: str) -> ObjectInfo:
+        meta = self._call(path, "reading its size", lambda client, key: client.info(key))
+        etag = getattr(meta, "etag", None)
+        return ObjectInfo(int(meta.content_length), str(etag) if etag else None)
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.info(path)
+        except DatasetError as exc:
+            if "does not exist" in str(exc):
+                return False
+            raise
+        return True
+
+    def read_range(self, path: str, start: int, stop: int) -> bytes:
+        if stop == start:
+            return b""
+        Range = _msc().types.Range
+
+        def get(client: Any, key: str) -> bytes:
+            data = client.read(key, byte_range=Range(offset=start, size=stop - start))
+            if len(data) != stop - start:
+                raise ShortBody(f"got {len(data)} of {stop - start} bytes")
+            return bytes(data)
+
+        return self._call(path, f"reading bytes [{start}, {stop})", get)
+
+    def read(self, path: str) -> bytes:
+        return self._call(path, "reading it", lambda client, key: bytes(client.read(key)))
+
+    def write(self, path: str, data: bytes) -> None:
+        self._call(path, "writing it", lambda client, key: client.write(key, data))
+
+
+_PER_PROCESS: dict[int, RemoteFiles] = {}
+
+
+def remote_files() -> RemoteFiles:
+    """This process's remote backend (a forked worker makes its own, with its own connections)."""
+    pid = os.getpid()
+    files = _PER_PROCESS.get(pid)
+    if files is None:
+        _PER_PROCESS.clear()  # entries of a parent process are not ours to use
+        files = _PER_PROCESS[pid] = RemoteFiles()
+    return files

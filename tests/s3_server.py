@@ -1,0 +1,114 @@
+"""A real S3-compatible server for the tests: moto's threaded server on 127.0.0.1, started inside
+the test session and stopped with it; the standard AWS environment variables point clients at it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from datareel.testing import free_port
+
+
+@contextmanager
+def s3_server() -> Iterator[str]:
+    """Run the server; yields its endpoint URL with AWS_* set for this process (and its children)."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in ENV}
+    os.environ.update({**ENV, "AWS_ENDPOINT_URL": endpoint})
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ENDPOINT_URL": "",
+}
+
+
+def make_bucket(name: str) -> None:
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket=name)
+
+
+class FaultyProxy:
+    """An HTTP proxy in front of the server that breaks ranged GETs on purpose.
+
+    ``fail_first``: answer the first N ranged GETs with ``status`` (503 by default) instead of
+    forwarding them; ``drop_first``: forward the next N ranged GETs but close the connection halfway
+    through the body. Every other request passes through unchanged; ``ranged_gets`` counts them all.
+    """
+
+    def __init__(self, upstream: str, *, fail_first: int = 0, status: int = 503, drop_first: int = 0):
+        import http.client
+        import http.server
+        import threading
+        from urllib.parse import urlsplit
+
+        self.fail_first, self.status, self.drop_first, self.ranged_gets = fail_first, status, drop_first, 0
+        target = urlsplit(upstream)
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                ranged = self.command == "GET" and "Range" in self.headers
+                if ranged:
+                    proxy.ranged_gets += 1
+                    if proxy.fail_first > 0:
+                        proxy.fail_first -= 1
+                        self.send_response(proxy.status)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                upstream_conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                headers["Host"] = target.netloc
+                upstream_conn.request(self.command, self.path, body=body or None, headers=headers)
+                reply = upstream_conn.getresponse()
+                data = reply.read()
+                self.send_response(reply.status)
+                for key, value in reply.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if ranged and proxy.drop_first > 0 and len(data) > 1:
+                    proxy.drop_first -= 1
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)  # the connection drops mid-body
+                    return
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

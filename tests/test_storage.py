@@ -1,0 +1,126 @@
+"""The storage layer (issue 13, first part): local files and s3:// objects through one protocol,
+read by byte range from a real S3-compatible server started in the test session."""
+
+from __future__ import annotations
+
+import pytest
+
+from datareel.errors import DatasetError, OptionError
+from datareel.storage import files_for, is_remote, join
+from datareel.storage.remote import RemoteFiles, Retry
+
+
+@pytest.fixture(scope="module")
+def bucket():
+    from s3_server import make_bucket, s3_server
+
+    with s3_server():
+        make_bucket("data")
+        yield "s3://data"
+
+
+def test_urls_and_paths_join_the_same_way():
+    assert is_remote("s3://b/k") and is_remote("msc://profile/ds") and not is_remote("/tmp/x")
+    assert not is_remote("ds/s3://x") and not is_remote(None)
+    assert join("s3://b/ds/meta.yaml/..", "x.tar") == "s3://b/ds/x.tar"
+    assert join("s3://b/ds", "../other/x.tar") == "s3://b/other/x.tar"
+    assert join("/data/ds", "sub/x.tar") == "/data/ds/sub/x.tar"
+    assert join("s3://b/ds", "/local/abs") == "/local/abs" and join("/data", "s3://b/k") == "s3://b/k"
+
+
+def test_retry_options_are_checked():
+    with pytest.raises(OptionError, match="attempts"):
+        Retry(attempts=0)
+    with pytest.raises(OptionError, match="first_delay"):
+        Retry(first_delay=-1)
+
+
+def test_the_same_bytes_come_back_locally_and_from_the_bucket(bucket, tmp_path):
+    blob = bytes(range(256)) * 40
+    local = str(tmp_path / "obj.bin")
+    files_for(local).write(local, blob)
+    remote = f"{bucket}/dir/obj.bin"
+    files_for(remote).write(remote, blob)
+    for path in (local, remote):
+        files = files_for(path)
+        assert files.info(path).size == len(blob) and files.exists(path)
+        assert files.read(path) == blob
+        assert files.read_range(path, 1000, 1512) == blob[1000:1512]
+        assert files.read_range(path, 7, 7) == b""
+    assert files_for(remote).info(remote).etag  # the store's ETag is reported
+    assert files_for(local).info(local).etag is None
+
+
+def test_a_missing_object_is_a_named_error_without_retries(bucket):
+    files = RemoteFiles(Retry(attempts=4, first_delay=0))
+    with pytest.raises(DatasetError, match=r"s3://data/nothing\.tar does not exist"):
+        files.read_range(f"{bucket}/nothing.tar", 0, 10)
+    assert files.requests == 1  # a 404 is permanent: not retried
+    assert not files.exists(f"{bucket}/nothing.tar")
+
+
+def test_a_read_past_the_end_is_refused_naming_the_url(bucket):
+    url = f"{bucket}/short.bin"
+    files = RemoteFiles(Retry(attempts=2, first_delay=0))
+    files.write(url, b"0123456789")
+    with pytest.raises(DatasetError, match=r"s3://data/short\.bin: reading bytes \[5, 50\) failed after 2 tries"):
+        files.read_range(url, 5, 50)
+
+
+@pytest.fixture
+def faulty(bucket, monkeypatch):
+    """A proxy in front of the server; clients made in the test go through it (a new bucket name gives
+    MSC a new implicit profile, so its client is made with the proxy's endpoint)."""
+    import os
+
+    from s3_server import FaultyProxy
+
+    proxies = []
+
+    def make(**faults):
+        proxy = FaultyProxy(os.environ["AWS_ENDPOINT_URL"], **faults)
+        proxies.append(proxy)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+def _object(name: str, blob: bytes) -> str:
+    import boto3
+
+    from s3_server import make_bucket
+
+    make_bucket(name)
+    boto3.client("s3").put_object(Bucket=name, Key="obj.bin", Body=blob)
+    return f"s3://{name}/obj.bin"
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_server_errors_are_retried_and_the_data_is_identical(faulty, status):
+    blob = bytes(range(256)) * 64
+    url = _object(f"flaky-{status}", blob)
+    proxy = faulty(fail_first=4, status=status)
+    files = RemoteFiles(Retry(attempts=6, first_delay=0.01))
+    assert files.read_range(url, 100, 9000) == blob[100:9000]
+    assert proxy.ranged_gets == 5  # four failures (botocore's own retries among them), then the answer
+
+
+def test_a_connection_dropped_mid_body_is_retried(faulty):
+    blob = bytes(range(256)) * 64
+    url = _object("dropping", blob)
+    proxy = faulty(drop_first=2)
+    files = RemoteFiles(Retry(attempts=6, first_delay=0.01))
+    assert files.read_range(url, 0, len(blob)) == blob
+    assert proxy.ranged_gets >= 3
+
+
+def test_errors_that_persist_end_in_a_named_error_after_the_bounded_retries(faulty):
+    url = _object("down", b"x" * 100)
+    faulty(fail_first=10_000)
+    files = RemoteFiles(Retry(attempts=2, first_delay=0.01))
+    with pytest.raises(DatasetError, match=r"s3://down/obj\.bin: reading bytes \[0, 10\) failed after 2 tries"):
+        files.read_range(url, 0, 10)
+    assert files.requests == 2  # ours; MSC and botocore retry inside each (their bounded counts)
