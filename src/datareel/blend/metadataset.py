@@ -24,6 +24,7 @@ from ..sources.energon_meta import MAX_NODES, load_file
 from ..sources.jsonl import JsonlSource
 from ..sources.view import SourceView
 from ..sources.webdataset import WebDatasetSource
+from ..storage.path import as_path
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
 
 _REF_KEYS = {
@@ -58,7 +59,7 @@ def load_metadataset(
 ) -> Source | Blend:
     """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc)."""
     builder = _Builder(image_decode=image_decode, decode=decode)
-    dataset = builder.metadataset(Path(path), _Context(split, {}, 1, ()), stack=())
+    dataset = builder.metadataset(as_path(path), _Context(split, {}, 1, ()), stack=())
     return dataset
 
 

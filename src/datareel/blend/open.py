@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DatasetError
@@ -11,6 +10,7 @@ from ..sources import energon_meta
 from ..sources.base import Source
 from ..sources.jsonl import JsonlSource
 from ..sources.webdataset import WebDatasetSource
+from ..storage.path import RemotePath, as_path
 
 if TYPE_CHECKING:
     from .tree import Blend
@@ -46,7 +46,7 @@ def open_dataset(
         >>> ds.read(0)["__key__"]                                                           # doctest: +SKIP
         '000000000009'
     """
-    p = Path(path)
+    p = as_path(path)
     if p.suffix == ".jsonl":
         return JsonlSource(p, name=name)
     if p.suffix in (".yaml", ".yml"):
@@ -64,6 +64,6 @@ def open_dataset(
             dataset_config=dataset_config,
             name=name,
         )
-    if p.is_dir():
+    if p.is_dir() or isinstance(p, RemotePath):
         raise energon_meta.unprepared(p)
     raise DatasetError(f"{p} does not exist or is not a dataset directory or .jsonl file")

@@ -15,12 +15,21 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DatasetError
+from ..storage.path import RemotePath
 
 DTYPE = np.dtype("<u8")
 
 
-def read_index(path: Path) -> np.ndarray:
-    """Memory-map an index file. -> uint64[count + 1] (read-only)."""
+def read_index(path: Path | RemotePath) -> np.ndarray:
+    """Memory-map an index file (a remote one is fetched whole, once). -> uint64[count + 1] (read-only)."""
+    if isinstance(path, RemotePath):
+        data = path.read_bytes()
+        if len(data) < DTYPE.itemsize or len(data) % DTYPE.itemsize:
+            raise DatasetError(
+                f"index file {path} has {len(data)} bytes, not a whole number (>= 1) of 8-byte offsets; it is "
+                f"damaged: re-run `datareel prepare`"
+            )
+        return np.frombuffer(data, dtype=DTYPE)
     try:
         size = os.path.getsize(path)
     except FileNotFoundError:

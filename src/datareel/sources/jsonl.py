@@ -13,16 +13,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
+from ..storage import files_for
+from ..storage.path import RemotePath, as_path
 from .base import Sample, Source, file_check
 from .index_files import read_index, sample_range
 
 
 class JsonlSource(Source):
     def __init__(self, path: str | os.PathLike, *, name: str | None = None):
-        self.path = Path(path)
+        self.path = as_path(path)
         if not self.path.is_file():
             raise DatasetError(f"JSONL file {self.path} does not exist")
-        idx = read_index(Path(f"{self.path}.idx"))
+        idx = read_index(as_path(f"{self.path}.idx"))
         size = self.path.stat().st_size
         if int(idx[-1]) != size:
             raise DatasetError(
@@ -43,7 +45,10 @@ class JsonlSource(Source):
     def read(self, index: int) -> dict[str, Any]:
         self._open()
         start, stop = sample_range(self._idx, index, lambda: f"{self.path}.idx")
-        blob = os.pread(self._fd, stop - start, start)
+        if isinstance(self.path, RemotePath):  # one ranged GET
+            blob = files_for(str(self.path)).read_range(str(self.path), start, stop)
+        else:
+            blob = os.pread(self._fd, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         try:
             return Sample(__key__=str(index), json=json.loads(blob.decode("utf-8")))
@@ -56,8 +61,9 @@ class JsonlSource(Source):
 
     def _open(self) -> None:
         if self._pid != os.getpid():
-            self._pid, self._fd = os.getpid(), os.open(self.path, os.O_RDONLY)
-            self._idx = read_index(Path(f"{self.path}.idx"))
+            remote = isinstance(self.path, RemotePath)
+            self._pid, self._fd = os.getpid(), None if remote else os.open(self.path, os.O_RDONLY)
+            self._idx = read_index(as_path(f"{self.path}.idx"))
 
     def key(self, index: int) -> str:
         return str(index)

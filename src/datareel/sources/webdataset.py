@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, OptionError
+from ..storage import files_for
+from ..storage.path import RemotePath, as_path
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .decode import PartDecoder
@@ -47,7 +49,8 @@ class WebDatasetSource(Source):
         dataset_config: str = "dataset.yaml",
         name: str | None = None,
     ):
-        self.root = Path(root)
+        self.root = as_path(root)
+        self._remote = isinstance(self.root, RemotePath)
         if not meta.is_prepared(self.root):
             raise meta.unprepared(self.root)
         info = meta.read_info(self.root)
@@ -87,21 +90,21 @@ class WebDatasetSource(Source):
         """Every shard exists, its index agrees with .info.json, and the tar still ends where indexed."""
         for shard, count in zip(self.shards, counts.tolist()):
             path = self.root / shard
-            if not path.is_file():
-                raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json)")
-            idx = read_index(Path(f"{path}.idx"))
+            files = files_for(str(path))
+            try:
+                size = files.info(str(path)).size
+            except DatasetError:
+                raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json)") from None
+            idx = read_index(as_path(f"{path}.idx"))
             if len(idx) != count + 1:
                 raise DatasetError(
                     f"index {path}.idx holds {len(idx) - 1} samples but {meta.META}/.info.json says {count}; "
                     f"the dataset changed since it was prepared: re-run `datareel prepare`"
                 )
-            size = path.stat().st_size
             end = int(idx[-1])
             tail = b""
-            if end <= size:
-                with open(path, "rb") as f:
-                    f.seek(end)
-                    tail = f.read(BLOCK)
+            if end + BLOCK <= size:
+                tail = files.read_range(str(path), end, end + BLOCK)
             if size < end or len(tail) < BLOCK or tail.count(0) != BLOCK:
                 raise DatasetError(
                     f"shard {path} ({size} bytes) no longer matches its index, which ends the last sample "
@@ -140,13 +143,16 @@ class WebDatasetSource(Source):
         self._handles()
         idx = self._indices.get(s)
         if idx is None:
-            idx = self._indices[s] = read_index(Path(f"{self.root / self.shards[s]}.idx"))
+            idx = self._indices[s] = read_index(as_path(f"{self.root / self.shards[s]}.idx"))
         return idx
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
         return sample_range(self._index(s), local, lambda: f"{self.root / self.shards[s]}.idx")
 
     def _pread(self, s: int, start: int, stop: int) -> bytes:
+        if self._remote:  # one ranged GET
+            url = str(self.root / self.shards[s])
+            return files_for(url).read_range(url, start, stop)
         fd = self._files.get(s)
         if fd is None:
             fd = self._files[s] = os.open(self.root / self.shards[s], os.O_RDONLY)

@@ -65,7 +65,8 @@ def join(base: str, relative: str) -> str:
     if is_remote(base):
         scheme, rest = base.split("://", 1)
         bucket, _, key = rest.partition("/")
-        return f"{scheme}://{bucket}/{posixpath.normpath(posixpath.join(key, relative)).lstrip('/')}"
+        key = posixpath.normpath(posixpath.join(key, relative)).lstrip("/")
+        return f"{scheme}://{bucket}/{'' if key == '.' else key}".rstrip("/")
     return posixpath.normpath(posixpath.join(base, relative))
 
 

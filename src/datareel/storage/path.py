@@ -1,0 +1,78 @@
+"""``RemotePath``: an ``s3://`` / ``msc://`` URL with the part of :class:`pathlib.Path`'s interface the
+metadata readers use (``/``, ``name``, ``suffix``, ``parent``, ``is_file``, ``read_text``, ``stat``),
+so one code path reads a dataset's metadata wherever it lives.  :func:`as_path` makes one of these
+or a ``Path`` from what the user passed.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import files_for, is_remote, join
+
+
+@dataclass(frozen=True)
+class _Stat:
+    st_size: int
+
+
+@dataclass(frozen=True)
+class RemotePath:
+    url: str
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __truediv__(self, other: str | os.PathLike[str]) -> RemotePath:
+        return RemotePath(join(self.url, os.fspath(other)))
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.url.rstrip("/"))
+
+    @property
+    def suffix(self) -> str:
+        return posixpath.splitext(self.name)[1]
+
+    @property
+    def parent(self) -> RemotePath:
+        return RemotePath(join(self.url, ".."))
+
+    def resolve(self) -> RemotePath:
+        return self
+
+    def is_file(self) -> bool:
+        return files_for(self.url).exists(self.url)
+
+    def exists(self) -> bool:
+        return self.is_file()
+
+    def is_dir(self) -> bool:
+        """A prefix counts as a directory if it holds a prepared dataset's metadata (buckets have no
+        directories; this is the only kind datareel opens)."""
+        return (self / ".nv-meta" / ".info.json").is_file() or (self / ".nv-meta" / ".info.yaml").is_file()
+
+    def read_bytes(self) -> bytes:
+        return files_for(self.url).read(self.url)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def stat(self) -> _Stat:
+        return _Stat(files_for(self.url).info(self.url).size)
+
+    def glob(self, pattern: str) -> list[Any]:
+        return []  # nothing of datareel's own is left aside in a bucket (see datareel.cli.atomic)
+
+
+def as_path(path: str | os.PathLike[str] | RemotePath) -> Path | RemotePath:
+    """A :class:`RemotePath` for a URL, a :class:`~pathlib.Path` for anything else."""
+    if isinstance(path, RemotePath):
+        return path
+    if is_remote(path):
+        return RemotePath(str(path))
+    return Path(path)
