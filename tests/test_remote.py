@@ -153,3 +153,43 @@ def test_a_shard_replaced_after_prepare_is_refused_as_stale(datasets):
 def test_a_url_with_no_dataset_is_a_named_error(server):
     with pytest.raises(datareel.DatasetError, match=r"s3://lake/nothing has no \.nv-meta"):
         datareel.open_dataset("s3://lake/nothing")
+
+
+def test_a_shard_deleted_after_open_fails_its_read_naming_url_and_sample(datasets):
+    import boto3
+
+    root, _ = datasets
+    upload(root / "wds", "s3://lake/gone/wds")
+    dataset = datareel.open_dataset("s3://lake/gone/wds")
+    boto3.client("s3").delete_object(Bucket="lake", Key="gone/wds/parts/data-3.tar")
+    first = int(dataset.starts[3])
+    with pytest.raises(datareel.DatasetError, match=r"s3://lake/gone/wds/parts/data-3\.tar does not exist.*sample 0"):
+        dataset.read(first)
+
+
+def test_msc_profiles_from_the_usual_config_file(datasets, server, tmp_path, monkeypatch):
+    """``msc://profile/...`` uses MSC's own configuration (here MSC_CONFIG), as Energon users have it."""
+    root, _ = datasets
+    config = tmp_path / "msc.yaml"
+    config.write_text(
+        "profiles:\n  lake:\n    storage_provider:\n      type: s3\n      options:\n"
+        f"        base_path: lake\n        endpoint_url: {server}\n        region_name: us-east-1\n"
+    )
+    monkeypatch.setenv("MSC_CONFIG", str(config))
+    remote = datareel.open_dataset("msc://lake/data/wds")
+    local = datareel.open_dataset(root / "wds")
+    got, expected = _records(remote), _records(local)
+    for record in got + expected:
+        record.pop("__restore_key__", None)
+    assert got == expected
+
+
+def test_datareel_info_on_a_url(datasets, capsys):
+    from datareel.cli import main
+
+    root, url = datasets
+    assert main(["info", f"{url}/wds", "--json"]) == 0
+    remote = capsys.readouterr().out
+    assert main(["info", str(root / "wds"), "--json"]) == 0
+    local = capsys.readouterr().out
+    assert remote.replace(f"{url}/wds", "ROOT") == local.replace(str(root / "wds"), "ROOT")

@@ -9,13 +9,14 @@ from ..errors import DatasetError
 from ..sources import energon_meta as meta
 from ..sources.fieldmap import CRUDE
 from ..sources.index_files import read_index
+from ..storage.path import as_path
 
 
 def dataset_info(path: str | Path) -> dict[str, Any]:
     """Splits, shards, samples, bytes and sample type of a prepared directory or JSONL file."""
-    p = Path(path)
+    p = as_path(path)
     if p.suffix == ".jsonl":
-        idx = read_index(Path(f"{p}.idx"))
+        idx = read_index(as_path(f"{p}.idx"))
         return {"path": str(p), "kind": "jsonl", "samples": len(idx) - 1, "bytes": p.stat().st_size}
     if not (p.is_dir() and meta.is_prepared(p)):
         raise DatasetError(f"{p} is not a prepared dataset directory or .jsonl file; run `datareel prepare {p}`")

@@ -152,7 +152,11 @@ class WebDatasetSource(Source):
     def _pread(self, s: int, start: int, stop: int) -> bytes:
         if self._remote:  # one ranged GET
             url = str(self.root / self.shards[s])
-            return files_for(url).read_range(url, start, stop)
+            try:
+                return files_for(url).read_range(url, start, stop)
+            except DatasetError as exc:
+                local = int(np.searchsorted(self._index(s), start, side="right")) - 1
+                raise DatasetError(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
         fd = self._files.get(s)
         if fd is None:
             fd = self._files[s] = os.open(self.root / self.shards[s], os.O_RDONLY)
