@@ -193,3 +193,20 @@ def test_datareel_info_on_a_url(datasets, capsys):
     assert main(["info", str(root / "wds"), "--json"]) == 0
     local = capsys.readouterr().out
     assert remote.replace(f"{url}/wds", "ROOT") == local.replace(str(root / "wds"), "ROOT")
+
+
+def test_on_error_substitute_replaces_samples_of_a_vanished_shard_as_locally(datasets):
+    import boto3
+
+    root, _ = datasets
+    upload(root / "wds", "s3://lake/subst/wds")
+    dataset = datareel.open_dataset("s3://lake/subst/wds")
+    boto3.client("s3").delete_object(Bucket="lake", Key="subst/wds/parts/data-3.tar")
+    loader = datareel.Loader(
+        dataset, global_batch_size=4, micro_batch_size=4, repeat=False, on_error="substitute", task_encoder=Keys()
+    )
+    keys = [key for batch in loader for key in batch["key"]]
+    local = datareel.open_dataset(root / "wds")  # the lost shard's keys, from the local copy
+    gone = {f"{dataset.name}/{local.key(i)}" for i in range(int(local.starts[3]), len(local))}
+    assert gone and all(key.startswith(f"{dataset.name}/") for key in keys)
+    assert len(keys) == len(dataset) and not gone & set(keys)  # every position served, none from the lost shard
