@@ -210,3 +210,26 @@ def test_on_error_substitute_replaces_samples_of_a_vanished_shard_as_locally(dat
     gone = {f"{dataset.name}/{local.key(i)}" for i in range(int(local.starts[3]), len(local))}
     assert gone and all(key.startswith(f"{dataset.name}/") for key in keys)
     assert len(keys) == len(dataset) and not gone & set(keys)  # every position served, none from the lost shard
+
+
+def test_prepare_on_a_url_writes_the_same_metadata_as_locally(server, tmp_path):
+    """`datareel prepare s3://...` indexes shards in the bucket; the result reads like a local prepare's."""
+    import boto3
+
+    from datareel.cli import main
+    from s3_server import make_bucket
+
+    raw = tmp_path / "raw"
+    build_shards(raw)
+    make_bucket("fresh")
+    upload(raw, "s3://fresh/raw")
+    assert main(["prepare", "s3://fresh/raw", "--quiet"]) == 0
+    prepare_webdataset(raw, progress=False)
+    for shard in sorted(p.relative_to(raw).as_posix() for p in raw.rglob("*.tar")):
+        body = boto3.client("s3").get_object(Bucket="fresh", Key=f"raw/{shard}.idx")["Body"].read()
+        assert body == (raw / f"{shard}.idx").read_bytes()
+    got, expected = _records(datareel.open_dataset("s3://fresh/raw")), _records(datareel.open_dataset(raw))
+    for record in got + expected:
+        record.pop("__restore_key__", None)
+    assert got == expected
+    assert main(["prepare", "s3://fresh/raw", "--quiet"]) == 1  # already prepared: refused without --overwrite

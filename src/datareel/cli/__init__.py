@@ -89,8 +89,25 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0 if run_demo(samples=args.samples, seed=args.seed, distributed=args.distributed) else 1
     if args.command == "prepare":
         from ..sources.energon_meta import is_prepared
+        from ..storage import is_remote
         from .prepare import prepare_jsonl, prepare_webdataset
 
+        if is_remote(args.path):
+            if args.path.endswith(".jsonl") or args.lengths:
+                parser.error("on a URL, prepare indexes WebDataset shards only (no .jsonl, no --lengths yet)")
+            from .prepare_remote import prepare_remote_webdataset
+
+            report = prepare_remote_webdataset(
+                args.path,
+                split_ratio=args.split_ratio,
+                sample_type=args.sample_type,
+                field_map=json.loads(args.field_map) if args.field_map else None,
+                workers=args.workers,
+                overwrite=args.overwrite,
+                progress=not args.quiet,
+            )
+            print(f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}")
+            return 0
         if args.path.endswith(".jsonl"):
             print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
         elif not (args.lengths and is_prepared(Path(args.path)) and not args.overwrite):

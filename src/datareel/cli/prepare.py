@@ -196,14 +196,23 @@ def _prepare_locked(
     splits = split_shards(shards, parse_split_ratio(split_ratio))
 
     scans = _scan_all(root, shards, workers, progress)
+    report = check_scans(str(root), scans, config, sample_type, splits)
+    _write_all(root, scans, splits, config, overwrite)
+    return report
+
+
+def check_scans(
+    root: str, scans: list[ShardScan], config: dict[str, Any], sample_type: str, splits: dict[str, list[str]]
+) -> PrepareReport:
+    """Refuse duplicate keys across the dataset and a field map naming parts no sample has; the report."""
     owner: dict[str, tuple[str, int]] = {}
     for scan in scans:
         for i, key in enumerate(scan.keys):
             other = owner.setdefault(key, (scan.shard, i))
             if other != (scan.shard, i):
                 raise DatasetError(
-                    f"duplicate sample key {key!r}: sample {other[1]} of shard {root / other[0]} and sample {i} "
-                    f"of shard {root / scan.shard}; keys must be unique across the dataset: rename one"
+                    f"duplicate sample key {key!r}: sample {other[1]} of shard {root}/{other[0]} and sample {i} "
+                    f"of shard {root}/{scan.shard}; keys must be unique across the dataset: rename one"
                 )
     found_parts = sorted({part for scan in scans for _, part, _, _ in scan.parts})
     if sample_type != CRUDE:
@@ -212,14 +221,25 @@ def _prepare_locked(
         required = SAMPLE_TYPES[sample_type][0]
         if any(all(a.part in missing for a in alts) for f, alts in fields.fields if f in required):
             raise OptionError(f"--field-map names parts {missing} that no sample has; parts found: {found_parts}")
-
-    _write_all(root, scans, splits, config, overwrite)
     return PrepareReport(
-        shards=len(shards),
+        shards=len(scans),
         samples=sum(len(s.keys) for s in scans),
         parts=found_parts,
         splits={name: sum(len(s.keys) for s in scans if s.shard in set(lst)) for name, lst in splits.items()},
     )
+
+
+def metadata_texts(scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any]) -> dict[str, str]:
+    """The text files of ``.nv-meta`` (``.info.json`` last: readers take a dataset as prepared by it)."""
+    from .. import __version__
+
+    info = {"energon_version": f"datareel {__version__}", "shard_counts": {s.shard: len(s.keys) for s in scans}}
+    return {
+        "split.yaml": yaml.safe_dump({"split_parts": splits, "exclude": []}, sort_keys=False),
+        "dataset.yaml": yaml.safe_dump(config, sort_keys=False),
+        "index.uuid": str(uuid.uuid4()),
+        ".info.json": json.dumps(info, indent=2),
+    }
 
 
 def _scan_all(root: Path, shards: list[str], workers: int | None, progress: bool) -> list[ShardScan]:
@@ -246,8 +266,6 @@ def _scan_all(root: Path, shards: list[str], workers: int | None, progress: bool
 def _write_all(
     root: Path, scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any], overwrite: bool
 ) -> None:
-    from .. import __version__
-
     tag = f".tmp-{uuid.uuid4().hex[:8]}"
     try:
         staged = Path(tempfile.mkdtemp(prefix=".nv-meta", suffix=tag, dir=root))
@@ -263,12 +281,9 @@ def _write_all(
     try:
         for (tmp, _), scan in zip(idx_tmp, scans):
             write_index(tmp, scan.offsets)
-        info = {"energon_version": f"datareel {__version__}", "shard_counts": {s.shard: len(s.keys) for s in scans}}
-        (staged / ".info.json").write_text(json.dumps(info, indent=2))
-        (staged / "split.yaml").write_text(yaml.safe_dump({"split_parts": splits, "exclude": []}, sort_keys=False))
-        (staged / "dataset.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        _write_sqlite(staged / "index.sqlite", scans)
-        (staged / "index.uuid").write_text(str(uuid.uuid4()))
+        for name, text in metadata_texts(scans, splits, config).items():
+            (staged / name).write_text(text)
+        write_sqlite(staged / "index.sqlite", scans)
         for tmp, final in idx_tmp:
             os.replace(tmp, final)
         old = root / META
@@ -289,7 +304,7 @@ def _write_all(
         raise
 
 
-def _write_sqlite(path: Path, scans: list[ShardScan]) -> None:
+def write_sqlite(path: Path, scans: list[ShardScan]) -> None:
     """Energon's lookup index (samples by key, parts by sample), for its key-based tools."""
     db = sqlite3.connect(path)
     try:

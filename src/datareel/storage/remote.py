@@ -181,6 +181,21 @@ class RemoteFiles:
     def write(self, path: str, data: bytes) -> None:
         self._call(path, "writing it", lambda client, key: client.write(key, data))
 
+    def list(self, prefix: str) -> list[str]:
+        """URLs of the objects under the directory ``prefix`` (a URL), sorted."""
+        base = prefix.rstrip("/")
+
+        def names(client: Any, key: str) -> list[str]:
+            key = key.rstrip("/")
+            found = [meta.key for meta in client.list(f"{key}/" if key else "")]
+            return sorted(f"{base}/{name[len(key) :].lstrip('/')}" if key else f"{base}/{name}" for name in found)
+
+        return self._call(base, "listing it", names)
+
+    def download(self, path: str, target: str) -> None:
+        """Copy the object ``path`` to the local file ``target`` (streamed, not held in memory)."""
+        self._call(path, "downloading it", lambda client, key: client.download_file(key, target))
+
 
 _PER_PROCESS: dict[int, RemoteFiles] = {}
 
