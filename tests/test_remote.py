@@ -233,3 +233,44 @@ def test_prepare_on_a_url_writes_the_same_metadata_as_locally(server, tmp_path):
         record.pop("__restore_key__", None)
     assert got == expected
     assert main(["prepare", "s3://fresh/raw", "--quiet"]) == 1  # already prepared: refused without --overwrite
+
+
+@pytest.mark.slow  # Energon's own loader
+def test_energon_reads_a_bucket_prepared_by_datareel_through_its_own_msc_support(server, tmp_path, monkeypatch):
+    from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset, stateless
+
+    from datareel.cli import main
+    from s3_server import make_bucket
+
+    raw = tmp_path / "raw"
+    build_shards(raw, long_names=False)
+    make_bucket("energon")
+    upload(raw, "s3://energon/raw")
+    assert main(["prepare", "s3://energon/raw", "--quiet"]) == 0
+    config = tmp_path / "msc.yaml"
+    config.write_text(
+        "profiles:\n  bucket:\n    storage_provider:\n      type: s3\n      options:\n"
+        f"        base_path: energon\n        endpoint_url: {server}\n        region_name: us-east-1\n"
+    )
+    monkeypatch.setenv("MSC_CONFIG", str(config))
+
+    class Passthrough(DefaultTaskEncoder):
+        cookers = [Cooker(stateless(lambda sample: sample))]
+
+        def batch(self, samples):
+            return samples
+
+    dataset = get_train_dataset(
+        "msc://bucket/raw",
+        split_part="train",
+        batch_size=1,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=Passthrough(),
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        repeat=False,
+    )
+    theirs = {batch[0]["__key__"]: batch[0]["txt"] for batch in get_loader(dataset)}
+    ours_ds = datareel.open_dataset("msc://bucket/raw")  # decoded, as Energon decodes: txt -> str
+    ours = {ours_ds.key(i): ours_ds.read(i)["txt"] for i in range(len(ours_ds))}
+    assert theirs == ours and len(ours) == 17
