@@ -91,8 +91,11 @@ class FaultyProxy:
                 for key, value in reply.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
+                length = reply.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))  # a HEAD's is the object's size
                 self.end_headers()
+                if self.command == "HEAD":
+                    return
                 if ranged and proxy.drop_first > 0 and len(data) > 1:
                     proxy.drop_first -= 1
                     self.wfile.write(data[: len(data) // 2])

@@ -274,3 +274,30 @@ def test_energon_reads_a_bucket_prepared_by_datareel_through_its_own_msc_support
     ours_ds = datareel.open_dataset("msc://bucket/raw")  # decoded, as Energon decodes: txt -> str
     ours = {ours_ds.key(i): ours_ds.read(i)["txt"] for i in range(len(ours_ds))}
     assert theirs == ours and len(ours) == 17
+
+
+@pytest.mark.parametrize(
+    "faults,workers", [(dict(fail_first=7, status=503), 0), (dict(drop_first=5), 2)], ids=["503 bursts", "drops"]
+)
+def test_training_through_server_errors_yields_the_same_batches(datasets, monkeypatch, faults, workers):
+    """Ranged GETs fail (503) or drop mid-body while a loader reads: the retries make it invisible."""
+    from s3_server import FaultyProxy, make_bucket
+
+    root, _ = datasets
+    bucket = f"faulty-{workers}-{'drop' if 'drop_first' in faults else 'err'}"
+    make_bucket(bucket)
+    upload(root / "wds", f"s3://{bucket}/wds")
+    proxy = FaultyProxy(os.environ["AWS_ENDPOINT_URL"], **faults)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)  # a new bucket: MSC makes its client for the proxy
+    try:
+        options = dict(global_batch_size=4, micro_batch_size=4, seed=3, repeat=False, task_encoder=Keys())
+        local = [b["key"] for b in datareel.Loader(datareel.open_dataset(root / "wds"), **options)]
+        remote = datareel.open_dataset(f"s3://{bucket}/wds")
+        got = [b["key"] for b in datareel.Loader(remote, num_workers=workers, **options)]
+        name = remote.name
+        assert [[k.removeprefix(f"{name}/") for k in b] for b in got] == [
+            [k.removeprefix(f"{name}/") for k in b] for b in local
+        ]
+        assert proxy.fail_first == 0 and proxy.drop_first == 0  # every injected fault was hit
+    finally:
+        proxy.close()
