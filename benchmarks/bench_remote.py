@@ -11,11 +11,8 @@ so it is the bottleneck it would not be in a real object store). Shuffle on, mic
 from __future__ import annotations
 
 import argparse
-import io
-import os
 import statistics
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -23,21 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import datareel
+from bench_webdataset import write_shards
 from datareel.cli.prepare import prepare_webdataset
 from datareel.storage.remote import remote_files
 
 
 def build(root: Path, shards: int = 10, per_shard: int = 200) -> None:
-    payload = os.urandom(10 * 1024)
     root.mkdir(parents=True)
-    for s in range(shards):
-        with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:
-            for j in range(per_shard):
-                i = s * per_shard + j
-                for part, data in (("txt", f"sample {i}".encode()), ("bin", payload[i % 97 :] + payload[: i % 97])):
-                    info = tarfile.TarInfo(f"{i:07d}.{part}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
+    write_shards(root, shards, per_shard)
     prepare_webdataset(root, progress=False)
 
 

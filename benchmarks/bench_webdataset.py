@@ -27,6 +27,17 @@ import datareel
 
 
 def build(root: Path, shards: int = 20, per_shard: int = 1000) -> None:
+    write_shards(root, shards, per_shard)
+    energon = str(Path(sys.executable).parent / "energon")
+    subprocess.run(
+        [energon, "prepare", str(root), "--non-interactive", "--split-ratio=1,0,0", "--sample-type=CrudeWebdataset"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def write_shards(root: Path, shards: int, per_shard: int) -> None:
+    """``shards`` tar files of ``per_shard`` samples: a short ``.txt`` and a 10 KiB ``.bin`` each."""
     payload = os.urandom(10 * 1024)
     for s in range(shards):
         with tarfile.open(root / f"shard-{s:03d}.tar", "w") as tar:
@@ -36,12 +47,6 @@ def build(root: Path, shards: int = 20, per_shard: int = 1000) -> None:
                     info = tarfile.TarInfo(f"{i:07d}.{part}")
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
-    energon = str(Path(sys.executable).parent / "energon")
-    subprocess.run(
-        [energon, "prepare", str(root), "--non-interactive", "--split-ratio=1,0,0", "--sample-type=CrudeWebdataset"],
-        check=True,
-        capture_output=True,
-    )
 
 
 def datareel_loader(root: Path, workers: int):
