@@ -689,3 +689,42 @@ def test_a_damaged_index_is_refused_before_any_huge_or_negative_read(tmp_path, k
     dataset = datareel.open_dataset(open_path, decode=False)
     with must_return(), pytest.raises(datareel.DatasetError, match=r"index file .*: sample 1 spans bytes"):
         dataset.read(1)
+
+
+def test_long_metadata_written_out_in_full_is_not_refused_for_its_size(tmp_path):
+    """The alias bound counts only values reached again through an alias: a split of 150,000 shards
+    written out (JSON or YAML) loads; only expansion is refused."""
+    import json
+
+    import yaml
+
+    from datareel.sources.energon_meta import load_file
+
+    counts = {f"part-{i:06d}.tar": 3 for i in range(150_000)}
+    (tmp_path / "info.json").write_text(json.dumps({"shard_counts": counts}))
+    (tmp_path / "split.yaml").write_text(yaml.safe_dump({"split_parts": {"train": list(counts)}}))
+    assert len(load_file(tmp_path / "info.json")["shard_counts"]) == 150_000
+    assert len(load_file(tmp_path / "split.yaml")["split_parts"]["train"]) == 150_000
+
+
+def test_overwrite_on_overlayfs_falls_back_to_delete_and_replace(tmp_path, monkeypatch):
+    """A lower-layer directory cannot be renamed (EXDEV): --overwrite still works, as it did before."""
+    import errno
+
+    from datareel.cli import atomic
+    from datareel.cli.prepare import prepare_webdataset
+
+    root = _prepared(tmp_path)
+    replace = atomic.os.replace
+
+    def no_rename_of_lower_layer(src, dst):
+        if str(src).endswith(".nv-meta"):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return replace(src, dst)
+
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(atomic.os, "replace", no_rename_of_lower_layer)
+    prepare_webdataset(root, overwrite=True, progress=False)
+    monkeypatch.undo()
+    assert len(datareel.open_dataset(root)) == 3
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".nv-meta")) == [".nv-meta"]

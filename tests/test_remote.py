@@ -233,6 +233,8 @@ def test_prepare_on_a_url_writes_the_same_metadata_as_locally(server, tmp_path):
         record.pop("__restore_key__", None)
     assert got == expected
     assert main(["prepare", "s3://fresh/raw", "--quiet"]) == 1  # already prepared: refused without --overwrite
+    assert main(["prepare", "s3://fresh/raw", "--quiet", "--overwrite"]) == 0
+    assert len(datareel.open_dataset("s3://fresh/raw")) == len(datareel.open_dataset(raw))
 
 
 @pytest.mark.slow  # Energon's own loader
@@ -301,3 +303,18 @@ def test_training_through_server_errors_yields_the_same_batches(datasets, monkey
         assert proxy.fail_first == 0 and proxy.drop_first == 0  # every injected fault was hit
     finally:
         proxy.close()
+
+
+def test_a_local_metadataset_may_name_datasets_in_a_bucket(datasets, tmp_path):
+    root, url = datasets
+    (tmp_path / "mixed.yaml").write_text(
+        "__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        f"      - {{path: {url}/wds, weight: 1}}\n      - {{path: {root / 'text.jsonl'}, weight: 1}}\n"
+    )
+    mixed = datareel.open_dataset(tmp_path / "mixed.yaml")
+    leaves = [getattr(leaf, "base", leaf) for leaf in mixed.leaves()]
+    assert [str(getattr(leaf, "root", getattr(leaf, "path", None))) for leaf in leaves] == [
+        f"{url}/wds",
+        str(root / "text.jsonl"),
+    ]
+    assert leaves[0].read(0)["__key__"] == datareel.open_dataset(root / "wds").read(0)["__key__"]

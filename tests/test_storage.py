@@ -26,6 +26,22 @@ def test_urls_and_paths_join_the_same_way():
     assert join("s3://b/ds", "../other/x.tar") == "s3://b/other/x.tar"
     assert join("/data/ds", "sub/x.tar") == "/data/ds/sub/x.tar"
     assert join("s3://b/ds", "/local/abs") == "/local/abs" and join("/data", "s3://b/k") == "s3://b/k"
+    assert join("s3://b/data//ds", "x") == "s3://b/data//ds/x"  # keys may hold "//": kept
+    assert join("s3://b/ds/", "x") == "s3://b/ds/x" and join("s3://b/ds", ".") == "s3://b/ds"
+    with pytest.raises(DatasetError, match="climbs above the bucket"):
+        join("s3://b/ds", "../../x")
+
+
+def test_the_local_backend_names_what_is_not_a_file(tmp_path):
+    from datareel.storage import NotFound
+
+    (tmp_path / "plain").write_bytes(b"x")
+    files = files_for(str(tmp_path))
+    with pytest.raises(NotFound, match="is not a file"):
+        files.info(str(tmp_path))
+    with pytest.raises(NotFound, match="does not exist"):
+        files.info(str(tmp_path / "plain" / "below"))  # a file used as a directory: ENOTDIR
+    assert not files.exists(str(tmp_path)) and files.exists(str(tmp_path / "plain"))
 
 
 def test_retry_options_are_checked():

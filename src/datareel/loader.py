@@ -9,6 +9,7 @@ prefetched batches never count; after a restore they are simply made again.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,8 @@ from .reel.sampler import DescriptorSampler
 from .sources.base import Source
 from .sources.sequence import from_sequence
 from .state import make_state, read_state
+
+log = logging.getLogger("datareel")
 
 
 class Loader:
@@ -274,10 +277,14 @@ class _LoaderIterator:
                 with contextlib.suppress(Exception):
                     shutdown()  # stop its other workers now, not whenever the garbage collector finds it
             self.inner = iter(())
-            exc.add_note(
+            note = (
                 f"datareel: the loader dropped its worker processes; call iter(loader) again to continue from "
                 f"cursor {loader.cursor} (nothing handed out is lost or repeated) with fresh workers"
             )
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(note)
+            else:
+                log.error("%s", note)
             raise
         if isinstance(batch, dict) and isinstance(batch.get("__positions__"), np.ndarray):
             batch["__positions__"] = positions_tensor(batch["__positions__"])

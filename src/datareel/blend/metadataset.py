@@ -24,6 +24,7 @@ from ..sources.energon_meta import MAX_NODES, load_file
 from ..sources.jsonl import JsonlSource
 from ..sources.view import SourceView
 from ..sources.webdataset import WebDatasetSource
+from ..storage import join
 from ..storage.path import as_path
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
 
@@ -112,7 +113,7 @@ class _Builder:
             if not isinstance(node, dict):
                 return 1
             if isinstance(node.get("path"), str) and Path(node["path"]).suffix in (".yaml", ".yml"):
-                target = (path.parent / node["path"]).resolve()
+                target = _beside(path, node["path"]).resolve()
                 inner = node.get("split_part", split)
                 return 1 + (self.count(target, inner, stack + (path,), memo) if isinstance(inner, str) else 0)
             items = node.get("blend", node.get("blend_epochized"))
@@ -245,7 +246,7 @@ class _Builder:
             value = node.get(key, "-")
             if not isinstance(value, str) or not value:
                 raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a non-empty string")
-        target = yaml_path.parent / node["path"]
+        target = _beside(yaml_path, node["path"])
         split = node.get("split_part", ctx.split)
         if target.suffix in (".yaml", ".yml"):
             inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges)
@@ -274,6 +275,12 @@ class _Builder:
         count = self.names.get(name, 0) + 1
         self.names[name] = count
         return name if count == 1 else f"{name}#{count}"
+
+
+def _beside(yaml_path: Any, path: str) -> Any:
+    """``path`` from a metadataset at ``yaml_path``: relative to its directory (local or a URL); a URL or
+    an absolute local path as it is, so local and remote datasets mix in one file."""
+    return as_path(join(str(yaml_path.parent), path))
 
 
 def _apply_range(rng: tuple[Any, Any], start: int, stop: int, yaml_path: Path, where: str) -> tuple[int, int]:

@@ -56,7 +56,7 @@ def _exchange(a: Path, b: Path) -> bool:
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):  # EXDEV: overlayfs lower layers
         return False
     raise OSError(code, os.strerror(code), str(b))
 
@@ -70,7 +70,16 @@ def swap_in(staged: Path, target: Path) -> None:
         shutil.rmtree(staged)  # now the old metadata
         return
     aside = target.with_name(f"{target.name}.replaced-{uuid.uuid4().hex[:8]}")
-    os.replace(target, aside)
+    try:
+        os.replace(target, aside)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        # a directory in a lower overlayfs layer (a dataset baked into an image) cannot be renamed, only
+        # deleted: replace it that way (not atomic: a kill in between leaves no metadata, as before)
+        shutil.rmtree(target)
+        os.replace(staged, target)
+        return
     os.replace(staged, target)
     shutil.rmtree(aside)
 

@@ -60,6 +60,8 @@ def prepare_remote_webdataset(
     splits = split_shards(shards, parse_split_ratio(split_ratio))
     scans = _scan_remote(url, shards, workers, progress)
     report = check_scans(url, scans, config, sample_type, splits)
+    if files.exists(f"{url}/{META}/.info.json"):  # --overwrite: readers see no dataset until .info.json is back
+        files.delete(f"{url}/{META}/.info.json")
     for scan in scans:
         files.write(f"{url}/{scan.shard}.idx", scan.offsets.astype(DTYPE).tobytes())
     with tempfile.TemporaryDirectory(prefix="datareel-prepare-") as tmp:

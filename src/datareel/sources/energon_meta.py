@@ -19,7 +19,7 @@ from braceexpand import braceexpand
 from ..errors import DatasetError
 
 META = ".nv-meta"
-MAX_NODES = 100_000  # values in one metadata file, aliases counted each time they are used
+MAX_NODES = 100_000  # values one metadata file may add through YAML aliases (each use counted)
 MAX_DEPTH = 64  # nesting of one metadata file
 
 
@@ -63,30 +63,39 @@ def load_file(path: Path, what: str = "") -> Any:
 
 
 def _check_bounded(value: Any, path: Path) -> None:
-    """Refuse a document that expands beyond :data:`MAX_NODES` values or :data:`MAX_DEPTH` levels, or
-    holds a mapping key that is not a string (every key of these formats is one).
+    """Refuse a document whose YAML aliases expand beyond :data:`MAX_NODES` values, that nests deeper
+    than :data:`MAX_DEPTH` levels, or that holds a mapping key that is not a string (every key of
+    these formats is one).
 
-    YAML anchors are shared, not copied, when loaded, but everything that walks the document
-    visits an alias each time it is used: a few lines of anchors doubling at each line (a
-    "billion laughs") describe millions of entries, and an anchor used inside itself describes
-    an endless one.  Both are refused here, before anything walks them.
+    YAML anchors are shared, not copied, when loaded, but everything that walks the document visits an
+    alias each time it is used: a few lines of anchors doubling at each line (a "billion laughs")
+    describe millions of entries, and an anchor used inside itself describes an endless one.  Only
+    values reached again through a container already seen are counted, so a long document written out
+    in full (a split of 10^6 shards) is never refused for its size.
     """
-    count = 0
+    seen: set[int] = set()
+    repeated = 0
 
-    def visit(node: Any, depth: int) -> None:
-        nonlocal count
-        count += 1
-        if count > MAX_NODES:
-            raise DatasetError(
-                f"{path} expands to more than {MAX_NODES:,} values (YAML anchors and aliases are counted "
-                f"each time they are used): it is not a dataset description datareel will walk; write the "
-                f"entries out, or split the file"
-            )
+    def visit(node: Any, depth: int, again: bool) -> None:
+        nonlocal repeated
         if depth > MAX_DEPTH:
             raise DatasetError(
                 f"{path} is nested more than {MAX_DEPTH} levels deep (an anchor used inside itself?); "
                 f"metadata files are a few levels deep"
             )
+        if not isinstance(node, (dict, list)):
+            return
+        if id(node) in seen:
+            again = True
+        seen.add(id(node))
+        if again:
+            repeated += len(node)
+            if repeated > MAX_NODES:
+                raise DatasetError(
+                    f"{path} expands to more than {MAX_NODES:,} values through YAML aliases (each counted every "
+                    f"time it is used): it is not a dataset description datareel will walk; write the entries "
+                    f"out, or split the file"
+                )
         if isinstance(node, dict):
             odd = [key for key in node if not isinstance(key, str)]
             if odd:
@@ -94,11 +103,10 @@ def _check_bounded(value: Any, path: Path) -> None:
                     f"{path} has mapping keys that are not strings: {odd[:5]} (quote them in YAML: a bare yes, "
                     f"no, on, off or a number is not a string)"
                 )
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        for child in children:
-            visit(child, depth + 1)
+        for child in node.values() if isinstance(node, dict) else node:
+            visit(child, depth + 1, again)
 
-    visit(value, 0)
+    visit(value, 0, False)
 
 
 def read_info(root: Path) -> dict[str, int]:

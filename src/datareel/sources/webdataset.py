@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, OptionError
-from ..storage import files_for
+from ..storage import NotFound, files_for
 from ..storage.path import RemotePath, as_path
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
@@ -93,8 +93,8 @@ class WebDatasetSource(Source):
             files = files_for(str(path))
             try:
                 size = files.info(str(path)).size
-            except DatasetError:
-                raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json)") from None
+            except NotFound as exc:
+                raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json): {exc}") from None
             idx = read_index(as_path(f"{path}.idx"))
             if len(idx) != count + 1:
                 raise DatasetError(

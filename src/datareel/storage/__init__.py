@@ -19,7 +19,13 @@ import posixpath
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..errors import DatasetError
+
 REMOTE_SCHEMES = ("s3", "msc")
+
+
+class NotFound(DatasetError):
+    """The file or object does not exist (or is not a file: a directory, a bucket prefix)."""
 
 
 @dataclass(frozen=True)
@@ -59,15 +65,27 @@ def is_remote(path: object) -> bool:
 
 def join(base: str, relative: str) -> str:
     """``relative`` resolved against the directory ``base`` (a local path or a URL); an absolute path
-    or a URL in ``relative`` is returned as it is."""
+    or a URL in ``relative`` is returned as it is.  In a URL, ``.`` and ``..`` segments are resolved
+    one by one (other segments, empty ones included, are kept: object keys may hold ``//``); climbing
+    above the bucket is an error."""
     if "://" in relative or relative.startswith("/"):
         return relative
-    if is_remote(base):
-        scheme, rest = base.split("://", 1)
-        bucket, _, key = rest.partition("/")
-        key = posixpath.normpath(posixpath.join(key, relative)).lstrip("/")
-        return f"{scheme}://{bucket}/{'' if key == '.' else key}".rstrip("/")
-    return posixpath.normpath(posixpath.join(base, relative))
+    if not is_remote(base):
+        return posixpath.normpath(posixpath.join(base, relative))
+    scheme, rest = base.split("://", 1)
+    bucket, _, key = rest.partition("/")
+    segments = key.split("/") if key else []
+    if segments and segments[-1] == "":
+        segments.pop()  # a trailing slash names the same directory
+    parts: list[str] = []
+    for segment in segments + relative.split("/"):
+        if segment == "..":
+            if not parts:
+                raise DatasetError(f"{relative!r} relative to {base} climbs above the bucket")
+            parts.pop()
+        elif segment != ".":
+            parts.append(segment)
+    return f"{scheme}://{bucket}" + "".join(f"/{p}" for p in parts)
 
 
 def files_for(path: str) -> Files:
@@ -81,4 +99,4 @@ def files_for(path: str) -> Files:
     return LOCAL
 
 
-__all__ = ["REMOTE_SCHEMES", "Files", "ObjectInfo", "files_for", "is_remote", "join"]
+__all__ = ["REMOTE_SCHEMES", "Files", "NotFound", "ObjectInfo", "files_for", "is_remote", "join"]

@@ -4,18 +4,24 @@ that read one file often keep their own)."""
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 
 from ..errors import DatasetError
-from . import ObjectInfo
+from . import NotFound, ObjectInfo
 
 
 class LocalFiles:
     def info(self, path: str) -> ObjectInfo:
         try:
-            return ObjectInfo(os.stat(path).st_size)
-        except FileNotFoundError:
-            raise DatasetError(f"{path} does not exist") from None
+            found = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(f"{path} does not exist") from None
+        except OSError as exc:
+            raise DatasetError(f"{path}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(found.st_mode):
+            raise NotFound(f"{path} is not a file")
+        return ObjectInfo(found.st_size)
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(path)
@@ -24,7 +30,9 @@ class LocalFiles:
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            raise DatasetError(f"{path} does not exist") from None
+            raise NotFound(f"{path} does not exist") from None
+        except OSError as exc:
+            raise DatasetError(f"{path}: {exc.strerror or exc}") from None
         try:
             data = os.pread(fd, stop - start, start)
         finally:
@@ -38,7 +46,9 @@ class LocalFiles:
             with open(path, "rb") as f:
                 return f.read()
         except FileNotFoundError:
-            raise DatasetError(f"{path} does not exist") from None
+            raise NotFound(f"{path} does not exist") from None
+        except OSError as exc:
+            raise DatasetError(f"{path}: {exc.strerror or exc}") from None
 
     def write(self, path: str, data: bytes) -> None:
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import DatasetError, OptionError, check_int
-from . import ObjectInfo
+from . import NotFound, ObjectInfo
 
 log = logging.getLogger("datareel")
 T = TypeVar("T")
@@ -137,7 +137,7 @@ class RemoteFiles:
                 return call(client, path)
             except Exception as exc:
                 if isinstance(exc, FileNotFoundError):
-                    raise DatasetError(f"{url} does not exist ({what})") from None
+                    raise NotFound(f"{url} does not exist ({what})") from None
                 if isinstance(exc, PermissionError):
                     raise DatasetError(f"{url}: access denied ({what}): {exc}; check the credentials") from None
                 if not _transient(exc) or attempt + 1 == self.retry.attempts:
@@ -150,16 +150,16 @@ class RemoteFiles:
 
     def info(self, path: str) -> ObjectInfo:
         meta = self._call(path, "reading its size", lambda client, key: client.info(key))
+        if getattr(meta, "type", "file") == "directory":
+            raise NotFound(f"{path} is a prefix (a directory), not an object")
         etag = getattr(meta, "etag", None)
         return ObjectInfo(int(meta.content_length), str(etag) if etag else None)
 
     def exists(self, path: str) -> bool:
         try:
             self.info(path)
-        except DatasetError as exc:
-            if "does not exist" in str(exc):
-                return False
-            raise
+        except NotFound:
+            return False
         return True
 
     def read_range(self, path: str, start: int, stop: int) -> bytes:
@@ -180,6 +180,9 @@ class RemoteFiles:
 
     def write(self, path: str, data: bytes) -> None:
         self._call(path, "writing it", lambda client, key: client.write(key, data))
+
+    def delete(self, path: str) -> None:
+        self._call(path, "deleting it", lambda client, key: client.delete(key))
 
     def list(self, prefix: str) -> list[str]:
         """URLs of the objects under the directory ``prefix`` (a URL), sorted."""
