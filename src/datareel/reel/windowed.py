@@ -17,8 +17,12 @@ planning process per loader, a few windows ahead of the training thread.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process  # registers its exit hook now, so ours (below) runs before it
+import contextlib
 import logging
 import multiprocessing
+import os
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -220,6 +224,7 @@ class WindowedReel(PackedReel):
                 1, mp_context=context, initializer=_install, initargs=(self.planner,)
             )
             weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
+            _LIVE_EXECUTORS.add(self._executor)
         return self._executor.submit(_plan_installed, w, *self._window_positions(w))
 
     def _warn_if_slow(self) -> None:
@@ -250,6 +255,40 @@ class WindowedReel(PackedReel):
             step, descriptor.positions, descriptor.source_ids, descriptor.indices,
             packed_positions=descriptor.packed_positions, outputs=outputs,
         )  # fmt: skip
+
+
+# Planning pools still alive, stopped before the interpreter's own clean-up of process pools: CPython
+# 3.11's exit hook for ProcessPoolExecutor can write to a wake-up pipe that is already closed (OSError:
+# Bad file descriptor) and then wait forever for the pool's non-daemon process, which hung a training
+# script at exit (so did a plain shutdown(wait=True)). threading's exit hooks run in reverse order of
+# registration, so this one, registered after concurrent.futures', runs first.
+_LIVE_EXECUTORS: weakref.WeakSet[concurrent.futures.ProcessPoolExecutor] = weakref.WeakSet()
+
+
+def _shutdown_planning_pools() -> None:
+    """Stop every planning process at exit without waiting on the pool's own shutdown protocol: plans are
+    pure, so terminating the process loses nothing, and a terminated child is one the interpreter's
+    final join of child processes cannot wait on forever."""
+    for executor in list(_LIVE_EXECUTORS):
+        processes = list(getattr(executor, "_processes", {}).values())
+        with contextlib.suppress(Exception):
+            executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.terminate()
+                process.join(timeout=5)
+
+
+def _forget_parent_pools() -> None:
+    """In a forked child (a DataLoader worker), the parent's pools are copies whose threads do not run
+    here: at the child's exit, concurrent.futures would join those threads (their copied locks are held)
+    and hang the worker; the child owns none of them, so forget them."""
+    _LIVE_EXECUTORS.clear()
+    getattr(concurrent.futures.process, "_threads_wakeups", {}).clear()
+
+
+threading._register_atexit(_shutdown_planning_pools)  # type: ignore[attr-defined]
+os.register_at_fork(after_in_child=_forget_parent_pools)
 
 
 def make_items(
