@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import DatareelError
 
@@ -92,30 +93,13 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from ..storage import is_remote
         from .prepare import prepare_jsonl, prepare_webdataset
 
-        if is_remote(args.path):
-            if args.path.endswith(".jsonl") or args.lengths:
-                parser.error("on a URL, prepare indexes WebDataset shards only (no .jsonl, no --lengths yet)")
-            from .prepare_remote import prepare_remote_webdataset
-
-            report = prepare_remote_webdataset(
-                args.path,
-                split_ratio=args.split_ratio,
-                sample_type=args.sample_type,
-                field_map=json.loads(args.field_map) if args.field_map else None,
-                workers=args.workers,
-                overwrite=args.overwrite,
-                progress=not args.quiet,
-            )
-            print(f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}")
-            return 0
-        if args.path.endswith(".jsonl"):
-            print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
-        elif not (args.lengths and is_prepared(Path(args.path)) and not args.overwrite):
+        def index_shards(prepare: Any) -> None:
+            """Index WebDataset shards (a directory or a URL) with the options given."""
             try:
                 field_map = json.loads(args.field_map) if args.field_map else None
             except json.JSONDecodeError as exc:
                 parser.error(f"--field-map {args.field_map!r} is not JSON: {exc}")
-            report = prepare_webdataset(
+            report = prepare(
                 args.path,
                 split_ratio=args.split_ratio,
                 sample_type=args.sample_type,
@@ -128,6 +112,18 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
                 + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items())
             )
+
+        if is_remote(args.path):
+            if args.path.endswith(".jsonl") or args.lengths:
+                parser.error("on a URL, prepare indexes WebDataset shards only (no .jsonl, no --lengths yet)")
+            from .prepare_remote import prepare_remote_webdataset
+
+            index_shards(prepare_remote_webdataset)
+            return 0
+        if args.path.endswith(".jsonl"):
+            print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
+        elif not (args.lengths and is_prepared(Path(args.path)) and not args.overwrite):
+            index_shards(prepare_webdataset)
         if args.lengths:
             from .lengths import compute_length_index
 
