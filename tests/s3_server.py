@@ -51,16 +51,23 @@ class FaultyProxy:
 
     ``fail_first``: answer the first N ranged GETs with ``status`` (503 by default) instead of
     forwarding them; ``drop_first``: forward the next N ranged GETs but close the connection halfway
-    through the body. Every other request passes through unchanged; ``ranged_gets`` counts them all.
+    through the body; ``delay``: hold each ranged GET that long before forwarding it. Every other
+    request passes through unchanged; ``ranged_gets`` counts them all, ``max_in_flight`` the most
+    ranged GETs served at one time.
     """
 
-    def __init__(self, upstream: str, *, fail_first: int = 0, status: int = 503, drop_first: int = 0):
+    def __init__(
+        self, upstream: str, *, fail_first: int = 0, status: int = 503, drop_first: int = 0, delay: float = 0.0
+    ):
         import http.client
         import http.server
         import threading
+        import time
         from urllib.parse import urlsplit
 
         self.fail_first, self.status, self.drop_first, self.ranged_gets = fail_first, status, drop_first, 0
+        self.delay, self.in_flight, self.max_in_flight = delay, 0, 0
+        lock = threading.Lock()
         target = urlsplit(upstream)
         proxy = self
 
@@ -74,13 +81,23 @@ class FaultyProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 ranged = self.command == "GET" and "Range" in self.headers
                 if ranged:
-                    proxy.ranged_gets += 1
-                    if proxy.fail_first > 0:
-                        proxy.fail_first -= 1
+                    with lock:
+                        proxy.ranged_gets += 1
+                        fail = proxy.fail_first > 0
+                        proxy.fail_first -= fail
+                        drop = not fail and proxy.drop_first > 0
+                        proxy.drop_first -= drop
+                    if fail:
                         self.send_response(proxy.status)
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                         return
+                    with lock:
+                        proxy.in_flight += 1
+                        proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                    time.sleep(proxy.delay)
+                    with lock:
+                        proxy.in_flight -= 1
                 upstream_conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                 headers["Host"] = target.netloc
@@ -96,8 +113,7 @@ class FaultyProxy:
                 self.end_headers()
                 if self.command == "HEAD":
                     return
-                if ranged and proxy.drop_first > 0 and len(data) > 1:
-                    proxy.drop_first -= 1
+                if ranged and drop and len(data) > 1:
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
                     self.close_connection = True

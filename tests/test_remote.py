@@ -4,6 +4,7 @@ S3-compatible server (moto, on 127.0.0.1, started inside the test session)."""
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,68 @@ def test_a_shard_deleted_after_open_fails_its_read_naming_url_and_sample(dataset
     first = int(dataset.starts[3])
     with pytest.raises(datareel.DatasetError, match=r"s3://lake/gone/wds/parts/data-3\.tar does not exist.*sample 0"):
         dataset.read(first)
+
+
+def test_a_shard_deleted_after_open_fails_the_loader_naming_url_and_sample(datasets):
+    """The same error when the sample was fetched with its micro-batch (prefetched) as when read alone."""
+    import boto3
+
+    root, _ = datasets
+    upload(root / "wds", "s3://lake/gone2/wds")
+    dataset = datareel.open_dataset("s3://lake/gone2/wds")
+    boto3.client("s3").delete_object(Bucket="lake", Key="gone2/wds/parts/data-0.tar")
+    loader = datareel.Loader(dataset, global_batch_size=4, micro_batch_size=4, shuffle=False, task_encoder=Keys())
+    with pytest.raises(datareel.DatareelError, match=r"s3://lake/gone2/wds/parts/data-0\.tar does not exist.*sample 0"):
+        next(iter(loader))
+
+
+@pytest.fixture
+def proxied(datasets, monkeypatch, request):
+    """The WebDataset in a fresh bucket reached through a :class:`FaultyProxy` (options from the test's
+    ``proxy`` mark). -> (proxy, URL, local copy)"""
+    from s3_server import FaultyProxy, make_bucket
+
+    root, _ = datasets
+    bucket = f"proxied-{uuid.uuid4().hex[:12]}"  # MSC keeps a client per bucket: a new bucket, a new client
+    make_bucket(bucket)
+    upload(root / "wds", f"s3://{bucket}/wds")
+    marker = request.node.get_closest_marker("proxy")
+    proxy = FaultyProxy(os.environ["AWS_ENDPOINT_URL"], **(marker.kwargs if marker else {}))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)  # a new bucket: MSC makes its client for the proxy
+    yield proxy, f"s3://{bucket}/wds", root / "wds"
+    proxy.close()
+
+
+def test_consecutive_samples_of_one_shard_in_a_micro_batch_are_one_get(proxied):
+    proxy, url, local_root = proxied
+    local = datareel.open_dataset(local_root)
+    shard_of = {local.key(i): local.locate(i)[0] for i in range(len(local))}
+    remote = datareel.open_dataset(url)
+    before = proxy.ranged_gets
+    options = dict(global_batch_size=4, micro_batch_size=4, shuffle=False, repeat=False, task_encoder=Keys())
+    batches = [[k.split("/", 2)[-1] for k in b["key"]] for b in datareel.Loader(remote, **options)]
+    assert batches == [[k.split("/", 2)[-1] for k in b["key"]] for b in datareel.Loader(local, **options)]
+    expected = sum(len({shard_of[k] for k in batch}) for batch in batches)  # one GET per shard per micro-batch
+    assert proxy.ranged_gets - before == expected < sum(map(len, batches))
+
+
+@pytest.mark.proxy(delay=0.2)
+@pytest.mark.parametrize("limit", [None, "1"])
+def test_the_gets_of_a_micro_batch_are_in_flight_together(proxied, monkeypatch, limit):
+    proxy, url, local_root = proxied
+    if limit:
+        monkeypatch.setenv("DATAREEL_REMOTE_CONCURRENCY", limit)
+    from datareel.storage import remote
+
+    monkeypatch.setattr(remote, "_PER_PROCESS", {})  # a fresh backend reads the setting
+    options = dict(global_batch_size=8, micro_batch_size=8, seed=5, task_encoder=Keys())
+    got = next(iter(datareel.Loader(datareel.open_dataset(url), **options)))["key"]
+    expected = next(iter(datareel.Loader(datareel.open_dataset(local_root), **options)))["key"]
+    assert [k.split("/", 2)[-1] for k in got] == [k.split("/", 2)[-1] for k in expected]
+    if limit:
+        assert proxy.max_in_flight == 1
+    else:
+        assert proxy.max_in_flight >= 3  # 8 samples over 4 shards: up to 4 GETs at once
 
 
 def test_msc_profiles_from_the_usual_config_file(datasets, server, tmp_path, monkeypatch):

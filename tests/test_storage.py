@@ -3,8 +3,12 @@ read by byte range from a real S3-compatible server started in the test session.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import datareel
 from datareel.errors import DatasetError, OptionError
 from datareel.storage import files_for, is_remote, join
 from datareel.storage.remote import RemoteFiles, Retry
@@ -140,3 +144,39 @@ def test_errors_that_persist_end_in_a_named_error_after_the_bounded_retries(faul
     with pytest.raises(DatasetError, match=r"s3://down/obj\.bin: reading bytes \[0, 10\) failed after 2 tries"):
         files.read_range(url, 0, 10)
     assert files.requests == 2  # ours; MSC and botocore retry inside each (their bounded counts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 1 << 22), st.integers(0, 1 << 20)), min_size=1, max_size=40),
+    st.integers(0, 1 << 17),
+    st.integers(1, 1 << 21),
+)
+def test_coalesced_gets_cover_each_range_once_and_respect_gap_and_limit(spans, gap, limit):
+    from datareel.storage.remote import coalesce
+
+    starts = np.array([s for s, _ in spans], dtype=np.int64)
+    stops = starts + np.array([n for _, n in spans], dtype=np.int64)
+    group = coalesce(starts, stops, gap=gap, limit=limit)
+    assert group.shape == starts.shape and group.min() == 0
+    groups = sorted(set(group.tolist()))
+    assert groups == list(range(len(groups)))  # numbered 0.. without holes
+    spans_of = [(int(starts[group == g].min()), int(stops[group == g].max())) for g in groups]
+    for g, (first, end) in enumerate(spans_of):
+        members = np.flatnonzero(group == g)
+        assert end - first <= limit or len(members) == 1  # one GET stays within the limit (or is one range)
+        if g:  # a new GET starts only where the gap or the limit demands it
+            previous_first, previous_end = spans_of[g - 1]
+            assert first > previous_end + gap or max(previous_end, int(stops[members].max())) - previous_first > limit
+            assert first >= previous_first
+
+
+def test_remote_concurrency_setting_is_checked(monkeypatch):
+    from datareel.storage.remote import concurrency
+
+    monkeypatch.setenv("DATAREEL_REMOTE_CONCURRENCY", "3")
+    assert concurrency() == 3
+    for bad in ("0", "lots", "-2", "1000"):
+        monkeypatch.setenv("DATAREEL_REMOTE_CONCURRENCY", bad)
+        with pytest.raises(datareel.OptionError, match=f"DATAREEL_REMOTE_CONCURRENCY='{bad}'.*1 to 256"):
+            concurrency()

@@ -185,7 +185,14 @@ class BatchMaker(Dataset):
                 f"micro-step {desc.step} (reel positions {first}..{last}) failed: {type(exc).__name__}: {exc}"
             ) from exc
 
+    def prefetch(self, source_ids: np.ndarray, indices: np.ndarray) -> None:
+        """Tell each source which of its samples are read next (sources in buckets fetch them together).
+        source_ids, indices: int64[k]."""
+        for source_id in np.unique(source_ids).tolist():
+            self.sources[source_id].prefetch(np.unique(indices[source_ids == source_id]))
+
     def _make(self, desc: Descriptor) -> Any:
+        self.prefetch(desc.source_ids, desc.indices)
         if desc.outputs is not None:
             samples = self._stage_outputs(desc)
         else:

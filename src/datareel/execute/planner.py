@@ -31,6 +31,8 @@ from .batch import BatchMaker
 from .randomness import sample_context
 
 log = logging.getLogger("datareel")
+#: Window inputs announced to the sources at a time (buckets fetch them together; bounds what is held).
+PREFETCH = 64
 
 
 class EncoderPlanner:
@@ -52,6 +54,8 @@ class EncoderPlanner:
         empty = 0
         failures: list[tuple[BaseException, str]] = []
         for j, (p, s, i) in enumerate(zip(positions.tolist(), source_ids.tolist(), indices.tolist())):
+            if j % PREFETCH == 0:
+                self.maker.prefetch(source_ids[j : j + PREFETCH], indices[j : j + PREFETCH])
             outputs = self._outputs(window, p, s, i, failures)
             empty += not outputs
             encoded += outputs

@@ -56,6 +56,13 @@ class Source(abc.ABC):
     def read(self, index: int) -> Any:
         """The raw sample at ``index`` (``0 <= index < len(self)``)."""
 
+    def prefetch(self, indices: np.ndarray) -> None:
+        """A hint that samples ``indices`` (int64[k], one micro-batch) will be read next.
+
+        Sources in buckets fetch them together here (concurrent, coalesced ranged GETs) and keep them
+        until read; local sources ignore it. Must not raise: a failure is reported by :meth:`read`."""
+        return None  # read on demand
+
     def key(self, index: int) -> str:
         """The sample's key without decoding it (used by filters); default: its raw ``__key__`` or index."""
         sample = self.read(index)
@@ -135,6 +142,9 @@ class MappedSource(Source):
 
     def key(self, index: int) -> str:
         return self.base.key(int(self._map(np.array([index]))[0]))
+
+    def prefetch(self, indices: np.ndarray) -> None:
+        self.base.prefetch(self._map(indices))
 
     def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
         return self.base.byte_sizes(self._map(indices))

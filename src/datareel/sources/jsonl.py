@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import DatasetError
 from ..storage import files_for
 from ..storage.path import RemotePath, as_path
+from ..storage.remote import remote_files
 from .base import Sample, Source, file_check
 from .index_files import read_index, sample_range
 
@@ -38,6 +39,7 @@ class JsonlSource(Source):
         self._pid: int | None = None
         self._fd: int | None = None
         self._idx = None
+        self._fetched: dict[tuple[str, int, int], bytes | DatasetError] = {}  # remote: one micro-batch's lines
 
     def __len__(self) -> int:
         return self._size
@@ -45,8 +47,13 @@ class JsonlSource(Source):
     def read(self, index: int) -> dict[str, Any]:
         self._open()
         start, stop = sample_range(self._idx, index, lambda: f"{self.path}.idx")
-        if isinstance(self.path, RemotePath):  # one ranged GET
-            blob = files_for(str(self.path)).read_range(str(self.path), start, stop)
+        if isinstance(self.path, RemotePath):  # prefetched with its micro-batch, else one ranged GET
+            url = str(self.path)
+            blob = self._fetched.pop((url, start, stop), None)
+            if isinstance(blob, DatasetError):
+                raise blob
+            if blob is None:
+                blob = files_for(url).read_range(url, start, stop)
         else:
             blob = os.pread(self._fd, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
@@ -59,11 +66,23 @@ class JsonlSource(Source):
                 f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`"
             ) from exc
 
+    def prefetch(self, indices: np.ndarray) -> None:
+        """Remote: fetch the lines together (coalesced, concurrent GETs) for :meth:`read`."""
+        if not isinstance(self.path, RemotePath):
+            return
+        try:
+            self._open()
+            ranges = [sample_range(self._idx, i, lambda: f"{self.path}.idx") for i in np.asarray(indices).tolist()]
+        except (DatasetError, IndexError):
+            return  # read() reports it for that sample
+        self._fetched = remote_files().read_ranges([(str(self.path), start, stop) for start, stop in ranges])
+
     def _open(self) -> None:
         if self._pid != os.getpid():
             remote = isinstance(self.path, RemotePath)
             self._pid, self._fd = os.getpid(), None if remote else os.open(self.path, os.O_RDONLY)
             self._idx = read_index(as_path(f"{self.path}.idx"))
+            self._fetched = {}
 
     def key(self, index: int) -> str:
         return str(index)
@@ -90,4 +109,4 @@ class JsonlSource(Source):
         return {**super().describe(), "bytes": self.path.stat().st_size}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_fd": None, "_idx": None}
+        return {**self.__dict__, "_pid": None, "_fd": None, "_idx": None, "_fetched": {}}

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import DatasetError, OptionError
 from ..storage import NotFound, files_for
 from ..storage.path import RemotePath, as_path
+from ..storage.remote import remote_files
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .decode import PartDecoder
@@ -77,6 +78,7 @@ class WebDatasetSource(Source):
         self._pid: int | None = None
         self._files: dict[int, int] = {}
         self._indices: dict[int, np.ndarray] = {}
+        self._fetched: dict[tuple[str, int, int], bytes | DatasetError] = {}  # remote: one micro-batch's ranges
         counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._check_shards(counts)
         self.starts = np.concatenate([[0], np.cumsum(counts)])  # (S + 1,) first index of each shard
@@ -136,7 +138,7 @@ class WebDatasetSource(Source):
     # -- lazy per-process handles -----------------------------------------------------------------
     def _handles(self) -> None:
         if self._pid != os.getpid():  # first use in this process (e.g. a worker after fork)
-            self._pid, self._files, self._indices = os.getpid(), {}, {}
+            self._pid, self._files, self._indices, self._fetched = os.getpid(), {}, {}, {}
 
     def _index(self, s: int) -> np.ndarray:
         """Shard ``s``'s offsets, mapped once per process. -> uint64[count + 1]"""
@@ -149,11 +151,28 @@ class WebDatasetSource(Source):
     def _range(self, s: int, local: int) -> tuple[int, int]:
         return sample_range(self._index(s), local, lambda: f"{self.root / self.shards[s]}.idx")
 
+    def prefetch(self, indices: np.ndarray) -> None:
+        """Remote: fetch the samples' ranges together (coalesced, concurrent GETs) for :meth:`_pread`."""
+        if not self._remote:
+            return
+        self._handles()
+        try:
+            shard, local = self.locate_many(np.asarray(indices, dtype=np.int64))
+            wanted = [
+                (str(self.root / self.shards[s]), *self._range(s, i)) for s, i in zip(shard.tolist(), local.tolist())
+            ]
+        except (DatasetError, IndexError):
+            return  # a bad index or a missing index file: read() reports it for that sample
+        self._fetched = remote_files().read_ranges(wanted)
+
     def _pread(self, s: int, start: int, stop: int) -> bytes:
-        if self._remote:  # one ranged GET
+        if self._remote:  # prefetched with its micro-batch, else one ranged GET
             url = str(self.root / self.shards[s])
             try:
-                return files_for(url).read_range(url, start, stop)
+                got = self._fetched.pop((url, start, stop), None)
+                if isinstance(got, DatasetError):
+                    raise got
+                return got if got is not None else files_for(url).read_range(url, start, stop)
             except DatasetError as exc:
                 local = int(np.searchsorted(self._index(s), start, side="right")) - 1
                 raise DatasetError(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
@@ -284,7 +303,7 @@ class WebDatasetSource(Source):
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_files": {}, "_indices": {}}
+        return {**self.__dict__, "_pid": None, "_files": {}, "_indices": {}, "_fetched": {}}
 
     def __del__(self) -> None:
         if getattr(self, "_pid", None) == os.getpid():

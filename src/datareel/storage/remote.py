@@ -18,10 +18,14 @@ import logging
 import os
 import random
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import numpy as np
 
 from ..errors import DatasetError, OptionError, check_int
 from . import NotFound, ObjectInfo
@@ -110,6 +114,39 @@ def _transient(exc: BaseException) -> bool:
     return False
 
 
+#: Ranges of one object at most this many bytes apart are fetched by one GET (the gap is read and dropped).
+COALESCE_GAP = 64 << 10
+#: ... as long as the merged GET stays at most this long.
+COALESCE_LIMIT = 16 << 20
+
+
+def coalesce(starts: np.ndarray, stops: np.ndarray, gap: int = COALESCE_GAP, limit: int = COALESCE_LIMIT) -> np.ndarray:
+    """Group byte ranges of one object into GETs: ranges sorted by start, a new GET wherever the next
+    range begins more than ``gap`` bytes after the current GET's end or would make it longer than
+    ``limit``. starts, stops: int64[k] -> group number of each range int64[k] (0-based, in start order)."""
+    order = np.argsort(starts, kind="stable")  # (k,)
+    group = np.empty(len(starts), dtype=np.int64)
+    current, first, end = -1, 0, -1
+    for i in order.tolist():  # k is one micro-batch: a plain loop over it is cheap
+        start, stop = int(starts[i]), int(stops[i])
+        if current < 0 or start > end + gap or max(end, stop) - first > limit:
+            current, first, end = current + 1, start, stop
+        else:
+            end = max(end, stop)
+        group[i] = current
+    return group
+
+
+def concurrency() -> int:
+    """Ranged GETs one process keeps in flight for a micro-batch: ``DATAREEL_REMOTE_CONCURRENCY`` (default 8)."""
+    value = os.environ.get("DATAREEL_REMOTE_CONCURRENCY", "8")
+    if not value.isdigit() or not 1 <= int(value) <= 256:
+        raise OptionError(
+            f"DATAREEL_REMOTE_CONCURRENCY={value!r} must be a whole number from 1 to 256 (GETs in flight per process)"
+        )
+    return int(value)
+
+
 class RemoteFiles:
     """:class:`~datareel.storage.Files` for ``s3://`` and ``msc://`` URLs; one instance per process."""
 
@@ -117,6 +154,8 @@ class RemoteFiles:
         self.retry = retry or Retry()
         self.requests = 0  # requests sent by this process (tries included), for the cost figures
         self._clients: dict[str, tuple[Any, str]] = {}
+        self._count = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def _resolve(self, url: str) -> tuple[Any, str]:
         """The MSC client and the object path inside it for ``url`` (cached per process)."""
@@ -132,7 +171,8 @@ class RemoteFiles:
         """Run ``call(client, path)`` with the retry policy; errors become DatasetErrors naming ``url``."""
         client, path = self._resolve(url)
         for attempt in range(self.retry.attempts):
-            self.requests += 1
+            with self._count:
+                self.requests += 1
             try:
                 return call(client, path)
             except Exception as exc:
@@ -174,6 +214,39 @@ class RemoteFiles:
             return bytes(data)
 
         return self._call(path, f"reading bytes [{start}, {stop})", get)
+
+    def read_ranges(self, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes | DatasetError]:
+        """Many ranges ``(url, start, stop)`` at once, for one micro-batch: ranges of one object close
+        together are fetched by one GET (:func:`coalesce`), and the GETs run :func:`concurrency` at a
+        time on this process's threads, each with the retry policy. A range whose GET failed maps to
+        its :class:`~datareel.errors.DatasetError` instead of bytes: nothing is raised here, so the
+        caller reports each failure where it would have read the sample."""
+        by_url: dict[str, list[tuple[int, int]]] = {}
+        for url, start, stop in set(wanted):
+            by_url.setdefault(url, []).append((start, stop))
+        jobs: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # one GET: url, start, stop, its ranges
+        for url, ranges in by_url.items():
+            self._resolve(url)  # in this thread: the client cache is not shared between threads
+            starts = np.array([r[0] for r in ranges], dtype=np.int64)
+            stops = np.array([r[1] for r in ranges], dtype=np.int64)
+            group = coalesce(starts, stops)
+            for g in range(int(group.max()) + 1):
+                members = [ranges[i] for i in np.flatnonzero(group == g).tolist()]
+                jobs.append((url, min(r[0] for r in members), max(r[1] for r in members), members))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(concurrency(), thread_name_prefix="datareel-get")
+
+        def fetch(job: tuple[str, int, int, list[tuple[int, int]]]) -> bytes | DatasetError:
+            try:
+                return self.read_range(job[0], job[1], job[2])
+            except DatasetError as exc:
+                return exc
+
+        out: dict[tuple[str, int, int], bytes | DatasetError] = {}
+        for (url, first, _, members), got in zip(jobs, self._pool.map(fetch, jobs)):
+            for start, stop in members:
+                out[url, start, stop] = got if isinstance(got, DatasetError) else got[start - first : stop - first]
+        return out
 
     def read(self, path: str) -> bytes:
         return self._call(path, "reading it", lambda client, key: bytes(client.read(key)))
