@@ -300,6 +300,30 @@ def test_prepare_on_a_url_writes_the_same_metadata_as_locally(server, tmp_path):
     assert len(datareel.open_dataset("s3://fresh/raw")) == len(datareel.open_dataset(raw))
 
 
+def test_a_shard_replaced_by_one_of_the_same_size_is_refused_by_its_recorded_etag(server, tmp_path):
+    """Size and tar end cannot tell a same-size replacement; the ETag `datareel prepare` recorded can."""
+    import boto3
+
+    from datareel.cli import main
+    from s3_server import make_bucket
+
+    raw = tmp_path / "raw"
+    build_shards(raw)
+    make_bucket("etags")
+    upload(raw, "s3://etags/raw")
+    assert main(["prepare", "s3://etags/raw", "--quiet"]) == 0
+    body = bytearray((raw / "parts" / "data-0.tar").read_bytes())
+    body[600] ^= 1  # one byte of the first member's content: same size, same index, same tar end
+    boto3.client("s3").put_object(Bucket="etags", Key="raw/parts/data-0.tar", Body=bytes(body))
+    with pytest.raises(datareel.DatasetError, match=r"shard s3://etags/raw/parts/data-0\.tar was replaced.*ETag"):
+        datareel.open_dataset("s3://etags/raw")
+    assert main(["prepare", "s3://etags/raw", "--quiet", "--overwrite"]) == 0  # the fix the message names
+    assert len(datareel.open_dataset("s3://etags/raw")) == 17  # build_shards' 4 + 7 + 1 + 5 samples
+    boto3.client("s3").put_object(Bucket="etags", Key="raw/.nv-meta/etags.json", Body=b"[1, 2]")
+    with pytest.raises(datareel.DatasetError, match=r"etags\.json is not a valid ETag record"):
+        datareel.open_dataset("s3://etags/raw")
+
+
 @pytest.mark.slow  # Energon's own loader
 def test_energon_reads_a_bucket_prepared_by_datareel_through_its_own_msc_support(server, tmp_path, monkeypatch):
     from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset, stateless

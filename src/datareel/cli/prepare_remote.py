@@ -4,12 +4,15 @@ Each shard is downloaded once to a temporary file (one at a time per worker, del
 scan) and indexed by the same code as a local shard.  Nothing is written until every shard has
 been scanned and checked; then the ``.tar.idx`` objects, the ``.nv-meta`` files and, last of all,
 ``.nv-meta/.info.json`` are uploaded: a reader takes a dataset as prepared by that object, so it
-never sees half a dataset.  A bucket offers no lock, so two concurrent runs are not refused here
-(their results are identical when the shards are).
+never sees half a dataset.  ``.nv-meta/etags.json`` records each shard's ETag as indexed; readers
+compare it at open, so a shard replaced by another of the same size is refused too.  A bucket
+offers no lock, so two concurrent runs are not refused here (their results are identical when the
+shards are).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..errors import DatasetError, OptionError
-from ..sources.energon_meta import META
+from ..sources.energon_meta import ETAGS, META
 from ..sources.index_files import DTYPE
 from ..storage.remote import remote_files
 from .prepare import (
@@ -58,7 +61,7 @@ def prepare_remote_webdataset(
         raise DatasetError(f"no *.tar shards under {url}")
     config = dataset_yaml(sample_type, field_map)
     splits = split_shards(shards, parse_split_ratio(split_ratio))
-    scans = _scan_remote(url, shards, workers, progress)
+    scans, etags = _scan_remote(url, shards, workers, progress)
     report = check_scans(url, scans, config, sample_type, splits)
     if files.exists(f"{url}/{META}/.info.json"):  # --overwrite: readers see no dataset until .info.json is back
         files.delete(f"{url}/{META}/.info.json")
@@ -67,29 +70,43 @@ def prepare_remote_webdataset(
     with tempfile.TemporaryDirectory(prefix="datareel-prepare-") as tmp:
         write_sqlite(Path(tmp) / "index.sqlite", scans)
         files.write(f"{url}/{META}/index.sqlite", (Path(tmp) / "index.sqlite").read_bytes())
+    files.write(f"{url}/{META}/{ETAGS}", json.dumps({"shards": etags}, indent=2).encode())  # readers check them
     for name, text in metadata_texts(scans, splits, config).items():  # .info.json comes last
         files.write(f"{url}/{META}/{name}", text.encode())
     return report
 
 
-def _scan_remote(url: str, shards: list[str], workers: int | None, progress: bool) -> list[ShardScan]:
-    """Download and scan each shard (a few at a time: the work is mostly waiting on the network)."""
+def _scan_remote(
+    url: str, shards: list[str], workers: int | None, progress: bool
+) -> tuple[list[ShardScan], dict[str, str]]:
+    """Download and scan each shard (a few at a time: the work is mostly waiting on the network).
+    -> the scans, in shard order, and each shard's ETag as indexed (where the store gives one)."""
     workers = max(1, min(workers or 4, len(shards)))
 
-    def scan(shard: str) -> ShardScan:
+    def scan(shard: str) -> tuple[ShardScan, str | None]:
+        files = remote_files()
         with tempfile.TemporaryDirectory(prefix="datareel-shard-") as tmp:
             local = os.path.join(tmp, "shard.tar")
-            remote_files().download(f"{url}/{shard}", local)
+            before = files.info(f"{url}/{shard}")
+            files.download(f"{url}/{shard}", local)
+            after = files.info(f"{url}/{shard}")
+            if after != before or os.path.getsize(local) != after.size:
+                raise DatasetError(
+                    f"shard {url}/{shard} changed while it was being indexed (size/ETag {before.size}/{before.etag} "
+                    f"then {after.size}/{after.etag}); run `datareel prepare` again once the upload is done"
+                )
             try:
                 found = scan_shard(Path(tmp), "shard.tar")
             except DatasetError as exc:  # name the shard by its URL, not the temporary copy
                 raise DatasetError(str(exc).replace(local, f"{url}/{shard}")) from None
-        return ShardScan(shard, found.offsets, found.keys, found.parts)
+        return ShardScan(shard, found.offsets, found.keys, found.parts), after.etag
 
     with tqdm(total=len(shards), unit="shard", desc="indexing", disable=not progress) as bar:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            out = []
-            for result in pool.map(scan, shards):  # in shard order; re-raises a shard's error
+            out, etags = [], {}
+            for result, etag in pool.map(scan, shards):  # in shard order; re-raises a shard's error
                 out.append(result)
+                if etag is not None:
+                    etags[result.shard] = etag
                 bar.update()
-    return out
+    return out, etags

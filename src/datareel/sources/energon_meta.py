@@ -17,6 +17,7 @@ import yaml
 from braceexpand import braceexpand
 
 from ..errors import DatasetError
+from ..storage import NotFound
 
 META = ".nv-meta"
 MAX_NODES = 100_000  # values one metadata file may add through YAML aliases (each use counted)
@@ -121,6 +122,27 @@ def read_info(root: Path) -> dict[str, int]:
             f"`datareel prepare` or `energon prepare` on {root}"
         )
     return {str(k): int(v) for k, v in counts.items()}
+
+
+ETAGS = "etags.json"  # datareel's own: each shard's ETag when `datareel prepare` indexed it in a bucket
+
+
+def read_etags(root: Path) -> dict[str, str]:
+    """Shard path -> the ETag it had when indexed (``{}`` when not recorded: prepared locally or by Energon)."""
+    path = root / META / ETAGS
+    try:
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotFound):
+        return {}
+    try:
+        etags = json.loads(raw).get("shards")
+    except (ValueError, AttributeError):
+        etags = None
+    if not isinstance(etags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in etags.items()):
+        raise DatasetError(
+            f"{path} is not a valid ETag record ({{'shards': {{shard: etag}}}}); re-run `datareel prepare`"
+        )
+    return etags
 
 
 def _expand(entries: Any, path: Path, what: str, info: dict[str, int]) -> list[str]:

@@ -89,14 +89,22 @@ class WebDatasetSource(Source):
 
     # -- opening checks -------------------------------------------------------------------------
     def _check_shards(self, counts: np.ndarray) -> None:
-        """Every shard exists, its index agrees with .info.json, and the tar still ends where indexed."""
+        """Every shard exists, its index agrees with .info.json, and the tar still ends where indexed (and, in a
+        bucket prepared by datareel, the shard's ETag is the one it had when indexed)."""
+        etags = meta.read_etags(self.root) if self._remote else {}
         for shard, count in zip(self.shards, counts.tolist()):
             path = self.root / shard
             files = files_for(str(path))
             try:
-                size = files.info(str(path)).size
+                found = files.info(str(path))
             except NotFound as exc:
                 raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json): {exc}") from None
+            size, recorded = found.size, etags.get(shard)
+            if recorded is not None and found.etag != recorded:
+                raise DatasetError(
+                    f"shard {path} was replaced since it was prepared: its ETag is {found.etag!r}, "
+                    f"{meta.META}/{meta.ETAGS} recorded {recorded!r}; re-run `datareel prepare {self.root} --overwrite`"
+                )
             idx = read_index(as_path(f"{path}.idx"))
             if len(idx) != count + 1:
                 raise DatasetError(
