@@ -226,3 +226,20 @@ def test_a_dropped_loader_and_its_workers_are_freed_without_the_garbage_collecto
         assert ref() is None  # no reference cycle: worker processes stop now, not at the next collection
     finally:
         gc.enable()
+
+
+def test_close_stops_the_workers_of_a_live_iterator():
+    """close() promises to stop worker processes: also those of an iterator the caller still holds (left
+    running, a later fork would inherit it and torch complains when that child collects it)."""
+    loader = Loader(records(50), global_batch_size=4, micro_batch_size=2, num_workers=2)
+    it = iter(loader)
+    next(it)
+    workers = list(it.inner._workers)
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    loader.close()
+    for worker in workers:
+        worker.join(timeout=10)
+    assert not any(w.is_alive() for w in workers)
+    with pytest.raises(DatareelError, match="call iter\\(loader\\) again"):
+        next(it)
+    assert next(iter(loader))["__positions__"].tolist() == [2, 3]  # a new iter() starts fresh workers at the cursor

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -132,6 +133,7 @@ class Loader:
         self._cursor = self.reel.start()
         self.pending = CursorQueue()  # cursors of the batches the current iterator has not handed out yet
         self._generation = 0
+        self._iterators: weakref.WeakSet[_LoaderIterator] = weakref.WeakSet()  # live ones: close() stops their workers
         self._dataloader: DataLoader | None = None
 
     # -- topology and progress -------------------------------------------------------------------
@@ -196,9 +198,12 @@ class Loader:
         self._dataloader = None
 
     def close(self) -> None:
-        """Stop worker processes and a planning process (also done when the loader is garbage-collected)."""
+        """Stop worker processes (those of live iterators too) and a planning process (also done when the
+        loader is garbage-collected)."""
         self._generation += 1
         self._dataloader = None
+        for iterator in list(self._iterators):
+            iterator.stop_workers()
         getattr(self.reel, "close", lambda: None)()
 
     # -- state ---------------------------------------------------------------------------------------
@@ -250,9 +255,19 @@ class _LoaderIterator:
         self.loader, self.generation = loader, generation
         self.queue = loader.pending = CursorQueue()  # read by the sampler when the DataLoader starts it
         self.inner = iter(loader._get_dataloader())
+        loader._iterators.add(self)
 
     def __iter__(self) -> _LoaderIterator:
         return self
+
+    def stop_workers(self) -> None:
+        """Stop this iterator's worker processes now, not whenever the garbage collector finds it (a
+        process forked meanwhile would inherit the iterator and complain when it collects it)."""
+        shutdown = getattr(self.inner, "_shutdown_workers", None)  # torch's multi-process iterator
+        if shutdown is not None:
+            with contextlib.suppress(Exception):
+                shutdown()
+        self.inner = iter(())
 
     def __next__(self) -> Any:
         loader = self.loader
@@ -272,11 +287,7 @@ class _LoaderIterator:
             raise
         except Exception as exc:  # a worker died or timed out: the DataLoader (persistent workers too) is broken
             loader._discard_workers()
-            shutdown = getattr(self.inner, "_shutdown_workers", None)  # torch's multi-process iterator
-            if shutdown is not None:
-                with contextlib.suppress(Exception):
-                    shutdown()  # stop its other workers now, not whenever the garbage collector finds it
-            self.inner = iter(())
+            self.stop_workers()
             note = (
                 f"datareel: the loader dropped its worker processes; call iter(loader) again to continue from "
                 f"cursor {loader.cursor} (nothing handed out is lost or repeated) with fresh workers"
