@@ -85,8 +85,9 @@ def rate(path: str, workers: int, batches: int, shuffle: bool) -> float:
     return batches * 32 / elapsed
 
 
-def raw_gets(client, threads: int, count: int = 300) -> float:
-    """The server's own ceiling: boto3 ranged GETs of one sample's size, ``threads`` at a time, per second."""
+def raw_gets(client, threads: int, count: int = 300) -> tuple[float, float]:
+    """The server's own ceiling: boto3 ranged GETs of one sample's size, ``threads`` at a time.
+    -> (GETs per second, milliseconds of this (client) process's CPU per GET)"""
 
     def get(i: int) -> None:
         offset = (i * 10752) % (200 * 10752)
@@ -94,10 +95,10 @@ def raw_gets(client, threads: int, count: int = 300) -> float:
             "Body"
         ].read()
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(get, range(count)))
-    return count / (time.perf_counter() - start)
+    return count / (time.perf_counter() - start), (time.process_time() - cpu) * 1000 / count
 
 
 def main() -> None:
@@ -134,7 +135,11 @@ def main() -> None:
             ratio = statistics.median(remote) / statistics.median(local)
             print(f"| {workers} | {fmt(local)} | {fmt(remote)} | {ratio:.2f} |")
         print(f"order: {args.order}; requests per sample (N=0, opening included): {per_sample:.3f}")
-        ceiling = ", ".join(f"{raw_gets(client, n):,.0f}/s ({n} at a time)" for n in (1, 8))
+        raw_gets(client, 1, 20)  # warm the connection pool
+        ceiling = ", ".join(
+            "{:,.0f}/s and {:.1f} ms of client CPU per GET ({} at a time)".format(*raw_gets(client, n), n)
+            for n in (1, 8)
+        )
         print(f"the server's ceiling, boto3 ranged GETs of one sample: {ceiling}")
 
 

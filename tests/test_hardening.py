@@ -11,6 +11,7 @@ import signal
 import tarfile
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -310,8 +311,11 @@ def test_the_source_holds_no_unsafe_loading():
         f"{path.relative_to(src)}:{n}: {line.strip()}"
         for path in sorted(src.rglob("*.py"))
         for n, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line) and "pickle.loads(pickle.dumps(" not in line
+        if pattern.search(line) and "pickle.loads(pickle.dumps(" not in line and "Loader=SAFE_LOADER)" not in line
     ]
+    from datareel.sources.energon_meta import SAFE_LOADER
+
+    assert SAFE_LOADER in (getattr(yaml, "CSafeLoader", None), yaml.SafeLoader)  # the one yaml.load's loader
     loads = [
         f"{path.relative_to(src)}:{n}"
         for path in sorted(src.rglob("*.py"))
@@ -361,7 +365,7 @@ def test_a_metadataset_including_another_many_times_is_refused_at_once(tmp_path)
     "text,match",
     [
         ("__class__: MetadatasetV2\nsplits: &s\n  train: {blend: [*s]}\n", "nested more than 64 levels"),
-        ("__class__: MetadatasetV2\nsplits:\n  train: " + "[" * 5000 + "]" * 5000 + "\n", "nested"),
+        ("__class__: MetadatasetV2\nsplits:\n  train: " + "[" * 5000 + "]" * 5000 + "\n", "nest(ed|ing depth)"),
     ],
     ids=["self-referencing anchor", "deep nesting"],
 )

@@ -89,17 +89,29 @@ def test_a_dataset_in_a_bucket_reads_the_same_samples_as_its_local_copy(datasets
     assert got == expected
 
 
-def test_a_sample_is_one_ranged_get(datasets):
+def test_opening_requests_no_shard_and_a_sample_is_one_ranged_get(datasets, tmp_path):
     _, url = datasets
-    dataset = datareel.open_dataset(f"{url}/wds")
-    dataset.read(0)  # shard 0 (4 samples): its index is fetched once, here
+    one = tmp_path / "one"
+    build_shards(one, shard_sizes=(3,))
+    prepare_webdataset(one, progress=False)
+    upload(one, "s3://lake/one-shard")
     files = remote_files()
+
+    def opening(where: str):
+        start = files.requests
+        return datareel.open_dataset(where), files.requests - start
+
+    dataset, cost = opening(f"{url}/wds")
+    assert cost == opening("s3://lake/one-shard")[1]  # 4 shards or 1: the same metadata requests, none per shard
+    start = files.requests
+    dataset.read(0)  # shard 0 (4 samples): its first use checks it, once per process
+    assert files.requests - start == 4  # its size (HEAD), its index, its end blocks; then the sample
     before = files.requests
     for i in range(1, 4):
         dataset.read(i)
     assert files.requests - before == 3  # one ranged GET per sample
-    dataset.read(4)  # the first sample of shard 1: its index, then the sample
-    assert files.requests - before == 5
+    dataset.read(4)  # the first sample of shard 1: its check, then the sample
+    assert files.requests - before == 7
 
 
 def test_elastic_restore_on_a_remote_dataset(datasets):
@@ -137,8 +149,9 @@ def test_a_missing_shard_in_the_bucket_is_named(datasets):
     root, _ = datasets
     upload(root / "wds", "s3://lake/broken/wds")
     boto3.client("s3").delete_object(Bucket="lake", Key="broken/wds/parts/data-2.tar")
+    dataset = datareel.open_dataset("s3://lake/broken/wds")  # opening reads no shard
     with pytest.raises(datareel.DatasetError, match=r"shard s3://lake/broken/wds/parts/data-2\.tar is missing"):
-        datareel.open_dataset("s3://lake/broken/wds")
+        dataset.read(int(dataset.starts[2]))
 
 
 def test_a_shard_replaced_after_prepare_is_refused_as_stale(datasets):
@@ -148,7 +161,7 @@ def test_a_shard_replaced_after_prepare_is_refused_as_stale(datasets):
     upload(root / "wds", "s3://lake/stale/wds")
     boto3.client("s3").put_object(Bucket="lake", Key="stale/wds/parts/data-0.tar", Body=os.urandom(3000))
     with pytest.raises(datareel.DatasetError, match=r"shard s3://lake/stale/wds/parts/data-0\.tar .*no longer matches"):
-        datareel.open_dataset("s3://lake/stale/wds")
+        datareel.open_dataset("s3://lake/stale/wds").check()
 
 
 def test_a_url_with_no_dataset_is_a_named_error(server):
@@ -162,8 +175,9 @@ def test_a_shard_deleted_after_open_fails_its_read_naming_url_and_sample(dataset
     root, _ = datasets
     upload(root / "wds", "s3://lake/gone/wds")
     dataset = datareel.open_dataset("s3://lake/gone/wds")
-    boto3.client("s3").delete_object(Bucket="lake", Key="gone/wds/parts/data-3.tar")
     first = int(dataset.starts[3])
+    dataset.read(first + 1)  # the shard is checked and its index fetched
+    boto3.client("s3").delete_object(Bucket="lake", Key="gone/wds/parts/data-3.tar")
     with pytest.raises(datareel.DatasetError, match=r"s3://lake/gone/wds/parts/data-3\.tar does not exist.*sample 0"):
         dataset.read(first)
 
@@ -175,6 +189,7 @@ def test_a_shard_deleted_after_open_fails_the_loader_naming_url_and_sample(datas
     root, _ = datasets
     upload(root / "wds", "s3://lake/gone2/wds")
     dataset = datareel.open_dataset("s3://lake/gone2/wds")
+    dataset.read(1)  # the shard is checked and its index fetched
     boto3.client("s3").delete_object(Bucket="lake", Key="gone2/wds/parts/data-0.tar")
     loader = datareel.Loader(dataset, global_batch_size=4, micro_batch_size=4, shuffle=False, task_encoder=Keys())
     with pytest.raises(datareel.DatareelError, match=r"s3://lake/gone2/wds/parts/data-0\.tar does not exist.*sample 0"):
@@ -208,7 +223,8 @@ def test_consecutive_samples_of_one_shard_in_a_micro_batch_are_one_get(proxied):
     batches = [[k.split("/", 2)[-1] for k in b["key"]] for b in datareel.Loader(remote, **options)]
     assert batches == [[k.split("/", 2)[-1] for k in b["key"]] for b in datareel.Loader(local, **options)]
     expected = sum(len({shard_of[k] for k in batch}) for batch in batches)  # one GET per shard per micro-batch
-    assert proxy.ranged_gets - before == expected < sum(map(len, batches))
+    checks = len(remote.shards)  # each shard's end blocks, one ranged GET on its first use
+    assert proxy.ranged_gets - before - checks == expected < sum(map(len, batches))
 
 
 @pytest.mark.proxy(delay=0.2)
@@ -316,7 +332,7 @@ def test_a_shard_replaced_by_one_of_the_same_size_is_refused_by_its_recorded_eta
     body[600] ^= 1  # one byte of the first member's content: same size, same index, same tar end
     boto3.client("s3").put_object(Bucket="etags", Key="raw/parts/data-0.tar", Body=bytes(body))
     with pytest.raises(datareel.DatasetError, match=r"shard s3://etags/raw/parts/data-0\.tar was replaced.*ETag"):
-        datareel.open_dataset("s3://etags/raw")
+        datareel.open_dataset("s3://etags/raw").read(0)
     assert main(["prepare", "s3://etags/raw", "--quiet", "--overwrite"]) == 0  # the fix the message names
     assert len(datareel.open_dataset("s3://etags/raw")) == 17  # build_shards' 4 + 7 + 1 + 5 samples
     boto3.client("s3").put_object(Bucket="etags", Key="raw/.nv-meta/etags.json", Body=b"[1, 2]")

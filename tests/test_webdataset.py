@@ -200,30 +200,42 @@ def prepared(tmp_path):
     return tmp_path
 
 
-def test_missing_shard(prepared):
+def _fails_on_first_use(prepared, match: str, shard: int, how: str) -> None:
+    """Opening reads no shard (constant-time open); the shard's first read, or ``check()``, names the fault."""
+    ds = datareel.open_dataset(prepared)
+    with pytest.raises(DatareelError, match=match):
+        if how == "read":
+            ds.read(int(ds.starts[shard]))
+        else:
+            ds.check()
+    if how == "read" and shard == 1:
+        ds.read(0)  # the other shard still reads
+
+
+@pytest.mark.parametrize("how", ["read", "check"])
+def test_missing_shard(prepared, how):
     (prepared / "parts/data-1.tar").unlink()
-    with pytest.raises(DatareelError, match=r"shard .*data-1\.tar is missing"):
-        datareel.open_dataset(prepared)
+    _fails_on_first_use(prepared, r"shard .*data-1\.tar is missing", 1, how)
 
 
-def test_truncated_tar(prepared):
+@pytest.mark.parametrize("how", ["read", "check"])
+def test_truncated_tar(prepared, how):
     shard = prepared / "parts/data-1.tar"
     shard.write_bytes(shard.read_bytes()[:3000])
-    with pytest.raises(DatareelError, match=r"data-1\.tar .*truncated"):
-        datareel.open_dataset(prepared)
+    _fails_on_first_use(prepared, r"data-1\.tar .*truncated", 1, how)
 
 
-def test_idx_count_disagrees_with_info(prepared):
+@pytest.mark.parametrize("how", ["read", "check"])
+def test_idx_count_disagrees_with_info(prepared, how):
     idx = prepared / "parts/data-0.tar.idx"
     idx.write_bytes(idx.read_bytes()[:-8])
-    with pytest.raises(DatareelError, match=r"data-0\.tar\.idx holds 2 samples but .* says 3"):
-        datareel.open_dataset(prepared)
+    _fails_on_first_use(prepared, r"data-0\.tar\.idx holds 2 samples but .* says 3", 0, how)
 
 
-def test_shard_changed_after_prepare(prepared):
+@pytest.mark.parametrize("how", ["read", "check"])
+def test_shard_changed_after_prepare(prepared, how):
     write_shard(prepared / "parts/data-0.tar", [(f"z{i}", sample_parts(i)) for i in range(4)])
-    with pytest.raises(DatareelError, match=r"data-0\.tar .*no longer matches its index"):
-        datareel.open_dataset(prepared)
+    _fails_on_first_use(prepared, r"data-0\.tar .*no longer matches its index", 0, how)
 
 
 def test_damaged_header_is_caught_on_read(prepared):
@@ -314,12 +326,20 @@ def test_unknown_split_names_the_choices(prepared):
 def test_file_handles_open_lazily_per_process(prepared):
     import pickle
 
+    from datareel.sources.handles import handles
+
     ds = datareel.open_dataset(prepared)
-    assert ds._files == {}
-    ds.read(0)
-    assert ds._files and ds._pid == os.getpid()
+    handles().close_all()
+    first = ds.read(0)["__key__"]
+    assert str(prepared / "parts/data-0.tar") in handles()._open and len(handles()) == 1  # on first read only
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone._files == {} and clone.read(4)["__key__"] == ds.read(4)["__key__"]
+    assert clone.read(4)["__key__"] == ds.read(4)["__key__"]
+    pid = os.fork()
+    if pid == 0:  # a forked child (a DataLoader worker) closes what it inherited and opens its own
+        ok = len(handles()) == 0 and ds.read(0)["__key__"] == first and len(handles()) == 1
+        os._exit(0 if ok else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert len(handles()) == 2 and ds.read(0)["__key__"] == first  # the parent's are untouched
 
 
 def test_legacy_info_yaml_and_split_json(prepared):

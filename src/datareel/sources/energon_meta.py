@@ -20,6 +20,7 @@ from ..errors import DatasetError
 from ..storage import NotFound
 
 META = ".nv-meta"
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader (~10x faster) where built
 MAX_NODES = 100_000  # values one metadata file may add through YAML aliases (each use counted)
 MAX_DEPTH = 64  # nesting of one metadata file
 
@@ -54,7 +55,7 @@ def load_file(path: Path, what: str = "") -> Any:
     """A JSON or YAML metadata file (safe loading only), bounded in size as written and as expanded."""
     try:
         text = path.read_text(encoding="utf-8")
-        value = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        value = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=SAFE_LOADER)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
         raise DatasetError(f"cannot read {what}{' ' if what else ''}{path}: {exc}") from exc
     except RecursionError:

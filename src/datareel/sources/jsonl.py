@@ -17,6 +17,7 @@ from ..storage import files_for
 from ..storage.path import RemotePath, as_path
 from ..storage.remote import remote_files
 from .base import Sample, Source, file_check
+from .handles import Handle, handles
 from .index_files import read_index, sample_range
 
 
@@ -36,17 +37,15 @@ class JsonlSource(Source):
             raise DatasetError(f"{self.path} holds no samples")
         self._size = len(idx) - 1
         self.name = name if name is not None else self.path.name
-        self._pid: int | None = None
-        self._fd: int | None = None
-        self._idx = None
+        self._pid: int | None = None  # remote: the process that fetched _idx
+        self._idx: np.ndarray | None = None
         self._fetched: dict[tuple[str, int, int], bytes | DatasetError] = {}  # remote: one micro-batch's lines
 
     def __len__(self) -> int:
         return self._size
 
     def read(self, index: int) -> dict[str, Any]:
-        self._open()
-        start, stop = sample_range(self._idx, index, lambda: f"{self.path}.idx")
+        start, stop = sample_range(self._index(), index, lambda: f"{self.path}.idx")
         if isinstance(self.path, RemotePath):  # prefetched with its micro-batch, else one ranged GET
             url = str(self.path)
             blob = self._fetched.pop((url, start, stop), None)
@@ -55,7 +54,7 @@ class JsonlSource(Source):
             if blob is None:
                 blob = files_for(url).read_range(url, start, stop)
         else:
-            blob = os.pread(self._fd, stop - start, start)
+            blob = os.pread(handles().get(str(self.path), self._open_file).fd, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         try:
             return Sample(__key__=str(index), json=json.loads(blob.decode("utf-8")))
@@ -71,29 +70,39 @@ class JsonlSource(Source):
         if not isinstance(self.path, RemotePath):
             return
         try:
-            self._open()
-            ranges = [sample_range(self._idx, i, lambda: f"{self.path}.idx") for i in np.asarray(indices).tolist()]
+            idx = self._index()
+            ranges = [sample_range(idx, i, lambda: f"{self.path}.idx") for i in np.asarray(indices).tolist()]
         except (DatasetError, IndexError):
             return  # read() reports it for that sample
         self._fetched = remote_files().read_ranges([(str(self.path), start, stop) for start, stop in ranges])
 
-    def _open(self) -> None:
+    def _index(self) -> np.ndarray:
+        """The line offsets. uint64[count + 1]: local, from the process's bounded set of open files;
+        remote, fetched once per process."""
+        if not isinstance(self.path, RemotePath):
+            return handles().get(str(self.path), self._open_file).index
         if self._pid != os.getpid():
-            remote = isinstance(self.path, RemotePath)
-            self._pid, self._fd = os.getpid(), None if remote else os.open(self.path, os.O_RDONLY)
-            self._idx = read_index(as_path(f"{self.path}.idx"))
-            self._fetched = {}
+            self._pid, self._idx, self._fetched = os.getpid(), read_index(as_path(f"{self.path}.idx")), {}
+        return self._idx
+
+    def _open_file(self) -> Handle:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return Handle(fd, read_index(as_path(f"{self.path}.idx")))
+        except BaseException:
+            os.close(fd)
+            raise
 
     def key(self, index: int) -> str:
         return str(index)
 
     def byte_sizes(self, indices: np.ndarray) -> np.ndarray:
         """Bytes of each line (blank lines folded in). indices: int64[k] -> int64[k]."""
-        self._open()
+        idx = self._index()
         indices = np.asarray(indices, dtype=np.int64)
-        out = self._idx[indices + 1].astype(np.int64) - self._idx[indices].astype(np.int64)
+        out = idx[indices + 1].astype(np.int64) - idx[indices].astype(np.int64)
         if (out < 0).any():
-            sample_range(self._idx, int(indices[out < 0][0]), lambda: f"{self.path}.idx")  # raises, naming it
+            sample_range(idx, int(indices[out < 0][0]), lambda: f"{self.path}.idx")  # raises, naming it
         return out
 
     def global_indices(self, indices: np.ndarray) -> np.ndarray:
@@ -109,4 +118,4 @@ class JsonlSource(Source):
         return {**super().describe(), "bytes": self.path.stat().st_size}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_fd": None, "_idx": None, "_fetched": {}}
+        return {**self.__dict__, "_pid": None, "_idx": None, "_fetched": {}}

@@ -10,6 +10,7 @@ DataLoader workers open their own after fork.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .decode import PartDecoder
 from .fieldmap import TypedFields, typed_fields
+from .handles import Handle, handles
 from .index_files import read_index, sample_range
 from .tarparse import BLOCK, iter_members, split_name
 from .typed import SAMPLE_CLASSES
@@ -75,52 +77,62 @@ class WebDatasetSource(Source):
         self.name = name if name is not None else f"{self.root.name}/{split or 'all'}"
         self.shards = self.split.shards
         self._where = [f"shard {self.root / shard}" for shard in self.shards]  # for error messages
+        self._paths = [str(self.root / shard) for shard in self.shards]
         self._pid: int | None = None
-        self._files: dict[int, int] = {}
-        self._indices: dict[int, np.ndarray] = {}
+        self._indices: dict[int, np.ndarray] = {}  # remote only: fetched indices
         self._fetched: dict[tuple[str, int, int], bytes | DatasetError] = {}  # remote: one micro-batch's ranges
-        counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
-        self._check_shards(counts)
-        self.starts = np.concatenate([[0], np.cumsum(counts)])  # (S + 1,) first index of each shard
+        self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
+        self._etags = meta.read_etags(self.root) if self._remote else {}  # shard -> ETag when indexed
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
         self.kept = self._kept_indices() if self.split.excluded_samples else None  # (N_kept,) or None
         self._size = int(self.starts[-1]) if self.kept is None else len(self.kept)
         if self._size == 0:
             raise DatasetError(f"split {split!r} of {self.root} holds no samples (after excludes)")
 
-    # -- opening checks -------------------------------------------------------------------------
-    def _check_shards(self, counts: np.ndarray) -> None:
-        """Every shard exists, its index agrees with .info.json, and the tar still ends where indexed (and, in a
-        bucket prepared by datareel, the shard's ETag is the one it had when indexed)."""
-        etags = meta.read_etags(self.root) if self._remote else {}
-        for shard, count in zip(self.shards, counts.tolist()):
-            path = self.root / shard
-            files = files_for(str(path))
-            try:
-                found = files.info(str(path))
-            except NotFound as exc:
-                raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json): {exc}") from None
-            size, recorded = found.size, etags.get(shard)
-            if recorded is not None and found.etag != recorded:
-                raise DatasetError(
-                    f"shard {path} was replaced since it was prepared: its ETag is {found.etag!r}, "
-                    f"{meta.META}/{meta.ETAGS} recorded {recorded!r}; re-run `datareel prepare {self.root} --overwrite`"
-                )
-            idx = read_index(as_path(f"{path}.idx"))
-            if len(idx) != count + 1:
-                raise DatasetError(
-                    f"index {path}.idx holds {len(idx) - 1} samples but {meta.META}/.info.json says {count}; "
-                    f"the dataset changed since it was prepared: re-run `datareel prepare`"
-                )
-            end = int(idx[-1])
-            tail = b""
-            if end + BLOCK <= size:
-                tail = files.read_range(str(path), end, end + BLOCK)
-            if size < end or len(tail) < BLOCK or tail.count(0) != BLOCK:
-                raise DatasetError(
-                    f"shard {path} ({size} bytes) no longer matches its index, which ends the last sample "
-                    f"at byte {end} before the tar's end blocks: the shard is truncated or changed since "
-                    f"it was prepared; re-run `datareel prepare`"
-                )
+    # -- per-shard checks (lazy: on a shard's first use in a process) ---------------------------------
+    def check(self, progress: bool = False) -> None:
+        """Check every shard now (as each read would on first use): it exists, its index agrees with
+        ``.info.json``, and the tar still ends where indexed. Raises the read's :class:`DatasetError`."""
+        from tqdm import tqdm
+
+        for s in tqdm(range(len(self.shards)), unit="shard", desc="checking", disable=not progress):
+            if self._remote:
+                self._index(s)
+            else:
+                self._open_shard(s).close()
+
+    def _checked(self, s: int, size: int, idx: np.ndarray, tail: Callable[[int], bytes]) -> None:
+        """Shard ``s`` of ``size`` bytes agrees with its index ``idx`` (``tail(end)``: its 512 bytes at ``end``)."""
+        path = self.root / self.shards[s]
+        count = int(self.counts[s])
+        if len(idx) != count + 1:
+            raise DatasetError(
+                f"index {path}.idx holds {len(idx) - 1} samples but {meta.META}/.info.json says {count}; "
+                f"the dataset changed since it was prepared: re-run `datareel prepare`"
+            )
+        end = int(idx[-1])
+        end_blocks = tail(end) if end + BLOCK <= size else b""
+        if size < end or len(end_blocks) < BLOCK or end_blocks.count(0) != BLOCK:
+            raise DatasetError(
+                f"shard {path} ({size} bytes) no longer matches its index, which ends the last sample "
+                f"at byte {end} before the tar's end blocks: the shard is truncated or changed since "
+                f"it was prepared; re-run `datareel prepare`"
+            )
+
+    def _open_shard(self, s: int) -> Handle:
+        """A local shard opened and checked: its descriptor and its mapped index."""
+        path = self.root / self.shards[s]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json)") from None
+        try:
+            handle = Handle(fd, read_index(as_path(f"{path}.idx")))
+            self._checked(s, os.fstat(fd).st_size, handle.index, lambda end: os.pread(fd, BLOCK, end))
+        except BaseException:
+            os.close(fd)
+            raise
+        return handle
 
     def _kept_indices(self) -> np.ndarray:
         """Split indices that survive sample excludes. -> int64[N_kept] (built once at open)."""
@@ -146,14 +158,33 @@ class WebDatasetSource(Source):
     # -- lazy per-process handles -----------------------------------------------------------------
     def _handles(self) -> None:
         if self._pid != os.getpid():  # first use in this process (e.g. a worker after fork)
-            self._pid, self._files, self._indices, self._fetched = os.getpid(), {}, {}, {}
+            self._pid, self._indices, self._fetched = os.getpid(), {}, {}
 
     def _index(self, s: int) -> np.ndarray:
-        """Shard ``s``'s offsets, mapped once per process. -> uint64[count + 1]"""
+        """Shard ``s``'s offsets (checked on first use in this process). -> uint64[count + 1]
+
+        Local: the mapped index of the shard's handle, from the process's bounded set of open shards.
+        Remote: fetched once per process and kept (8 bytes per sample; no descriptor)."""
+        if not self._remote:
+            return handles().get(self._paths[s], lambda: self._open_shard(s)).index
         self._handles()
         idx = self._indices.get(s)
         if idx is None:
-            idx = self._indices[s] = read_index(as_path(f"{self.root / self.shards[s]}.idx"))
+            url = self._paths[s]
+            files = files_for(url)
+            try:
+                found = files.info(url)
+            except NotFound as exc:
+                raise DatasetError(f"shard {url} is missing (listed in {meta.META}/.info.json): {exc}") from None
+            recorded = self._etags.get(self.shards[s])
+            if recorded is not None and found.etag != recorded:
+                raise DatasetError(
+                    f"shard {url} was replaced since it was prepared: its ETag is {found.etag!r}, "
+                    f"{meta.META}/{meta.ETAGS} recorded {recorded!r}; re-run `datareel prepare {self.root} --overwrite`"
+                )
+            idx = read_index(as_path(f"{url}.idx"))
+            self._checked(s, found.size, idx, lambda end: files.read_range(url, end, end + BLOCK))
+            self._indices[s] = idx
         return idx
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
@@ -166,6 +197,8 @@ class WebDatasetSource(Source):
         self._handles()
         try:
             shard, local = self.locate_many(np.asarray(indices, dtype=np.int64))
+            first_use = [s for s in np.unique(shard).tolist() if s not in self._indices]
+            remote_files().each(self._index, first_use)  # shards new to this process: checked concurrently too
             wanted = [
                 (str(self.root / self.shards[s]), *self._range(s, i)) for s, i in zip(shard.tolist(), local.tolist())
             ]
@@ -184,9 +217,7 @@ class WebDatasetSource(Source):
             except DatasetError as exc:
                 local = int(np.searchsorted(self._index(s), start, side="right")) - 1
                 raise DatasetError(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
-        fd = self._files.get(s)
-        if fd is None:
-            fd = self._files[s] = os.open(self.root / self.shards[s], os.O_RDONLY)
+        fd = handles().get(self._paths[s], lambda: self._open_shard(s)).fd
         blob = os.pread(fd, stop - start, start)
         if len(blob) != stop - start:
             raise DatasetError(
@@ -311,12 +342,4 @@ class WebDatasetSource(Source):
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_files": {}, "_indices": {}, "_fetched": {}}
-
-    def __del__(self) -> None:
-        if getattr(self, "_pid", None) == os.getpid():
-            for fd in self._files.values():
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        return {**self.__dict__, "_pid": None, "_indices": {}, "_fetched": {}}

@@ -226,27 +226,32 @@ class RemoteFiles:
             by_url.setdefault(url, []).append((start, stop))
         jobs: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # one GET: url, start, stop, its ranges
         for url, ranges in by_url.items():
-            self._resolve(url)  # in this thread: the client cache is not shared between threads
+            self._resolve(url)  # a URL no profile resolves fails here, once
             starts = np.array([r[0] for r in ranges], dtype=np.int64)
             stops = np.array([r[1] for r in ranges], dtype=np.int64)
             group = coalesce(starts, stops)
             for g in range(int(group.max()) + 1):
                 members = [ranges[i] for i in np.flatnonzero(group == g).tolist()]
                 jobs.append((url, min(r[0] for r in members), max(r[1] for r in members), members))
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(concurrency(), thread_name_prefix="datareel-get")
-
-        def fetch(job: tuple[str, int, int, list[tuple[int, int]]]) -> bytes | DatasetError:
-            try:
-                return self.read_range(job[0], job[1], job[2])
-            except DatasetError as exc:
-                return exc
-
         out: dict[tuple[str, int, int], bytes | DatasetError] = {}
-        for (url, first, _, members), got in zip(jobs, self._pool.map(fetch, jobs)):
+        for (url, first, _, members), got in zip(jobs, self.each(lambda job: self.read_range(*job[:3]), jobs)):
             for start, stop in members:
                 out[url, start, stop] = got if isinstance(got, DatasetError) else got[start - first : stop - first]
         return out
+
+    def each(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]:
+        """``call(item)`` for every item, :func:`concurrency` at a time on this process's threads, in order;
+        an item whose call raised a :class:`~datareel.errors.DatasetError` gives that error instead."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(concurrency(), thread_name_prefix="datareel-get")
+
+        def run(item: Any) -> T | DatasetError:
+            try:
+                return call(item)
+            except DatasetError as exc:
+                return exc
+
+        return list(self._pool.map(run, items)) if len(items) > 1 else [run(item) for item in items]
 
     def read(self, path: str) -> bytes:
         return self._call(path, "reading it", lambda client, key: bytes(client.read(key)))
