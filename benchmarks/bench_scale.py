@@ -4,9 +4,9 @@ For each shard count (``--shards``, default 20, 2,000 and 20,000; ``--per-shard`
 a few bytes of text), one dataset is written and prepared (``datareel prepare``; Energon reads it).
 Each measurement runs in a fresh process, the two loaders alternating, ``--repeats`` times:
 
-- **open**: CPU seconds of ``open_dataset`` (datareel) / ``get_train_dataset`` (Energon), and the
-  CPU cost per shard between the smallest and the largest dataset;
-- **first batch**: wall seconds from the loader's creation to its first batch (``num_workers=0``);
+- **open**: CPU seconds of ``open_dataset`` (datareel) / ``get_train_dataset`` (Energon), imports
+  excluded, and the CPU cost per shard between the smallest and the largest dataset;
+- **first batch**: wall seconds from the start of opening to the loader's first batch (``num_workers=0``);
 - after ``--batches`` batches of 32 (shuffled; Energon: ``shuffle_buffer_size=100``,
   ``max_samples_per_sequence=100``): open descriptors of the process and its peak RSS.
 
@@ -31,10 +31,14 @@ import json, os, resource, sys, time, warnings
 warnings.filterwarnings("ignore")
 which, root, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
 import torch  # imported before timing, by both
+if which == "datareel":
+    import datareel
+else:
+    from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_savable_loader, get_train_dataset
+    from megatron.energon import stateless
 cpu = time.process_time()
 wall = time.perf_counter()
 if which == "datareel":
-    import datareel
     dataset = datareel.open_dataset(root, decode=False)
     opened = time.process_time() - cpu
 
@@ -44,9 +48,6 @@ if which == "datareel":
 
     loader = datareel.Loader(dataset, global_batch_size=32, micro_batch_size=32, seed=1, task_encoder=Keys())
 else:
-    from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_savable_loader, get_train_dataset
-    from megatron.energon import stateless
-
     class Passthrough(DefaultTaskEncoder):
         cookers = [Cooker(stateless(lambda sample: sample))]
 

@@ -182,6 +182,22 @@ def test_a_shard_deleted_after_open_fails_its_read_naming_url_and_sample(dataset
         dataset.read(first)
 
 
+def test_a_missing_shard_is_asked_for_once_per_process(datasets):
+    import boto3
+
+    root, _ = datasets
+    upload(root / "wds", "s3://lake/missing-once/wds")
+    boto3.client("s3").delete_object(Bucket="lake", Key="missing-once/wds/parts/data-1.tar")
+    dataset = datareel.open_dataset("s3://lake/missing-once/wds")
+    files = remote_files()
+    start = int(dataset.starts[1])
+    for i in range(start, start + 3):
+        before = files.requests
+        with pytest.raises(datareel.DatasetError, match=r"data-1\.tar is missing"):
+            dataset.read(i)
+        assert files.requests - before == (1 if i == start else 0)  # one HEAD, then remembered
+
+
 def test_a_shard_deleted_after_open_fails_the_loader_naming_url_and_sample(datasets):
     """The same error when the sample was fetched with its micro-batch (prefetched) as when read alone."""
     import boto3
@@ -237,7 +253,10 @@ def test_the_gets_of_a_micro_batch_are_in_flight_together(proxied, monkeypatch, 
 
     monkeypatch.setattr(remote, "_PER_PROCESS", {})  # a fresh backend reads the setting
     options = dict(global_batch_size=8, micro_batch_size=8, seed=5, task_encoder=Keys())
-    got = next(iter(datareel.Loader(datareel.open_dataset(url), **options)))["key"]
+    dataset = datareel.open_dataset(url)
+    dataset.check()  # every shard checked now: what follows are the samples' GETs only
+    proxy.max_in_flight = 0
+    got = next(iter(datareel.Loader(dataset, **options)))["key"]
     expected = next(iter(datareel.Loader(datareel.open_dataset(local_root), **options)))["key"]
     assert [k.split("/", 2)[-1] for k in got] == [k.split("/", 2)[-1] for k in expected]
     if limit:

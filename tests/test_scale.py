@@ -69,11 +69,18 @@ def test_max_open_shards_setting_is_checked(monkeypatch):
             handles_module.max_open()
 
 
-def test_reading_every_shard_keeps_at_most_the_limit_open(tmp_path, monkeypatch):
-    total = write_tiny_shards(tmp_path, shards=40, per_shard=3)
-    prepare_webdataset(tmp_path, progress=False)
+@pytest.fixture
+def few_open(monkeypatch):
+    """This process keeps at most 4 shards open during the test (a fresh set, closed afterwards)."""
     monkeypatch.setenv("DATAREEL_MAX_OPEN_SHARDS", "4")
     monkeypatch.setattr(handles_module, "_PER_PROCESS", {})
+    yield
+    handles_module.handles().close_all()
+
+
+def test_reading_every_shard_keeps_at_most_the_limit_open(tmp_path, few_open):
+    total = write_tiny_shards(tmp_path, shards=40, per_shard=3)
+    prepare_webdataset(tmp_path, progress=False)
     before = open_fds()
     ds = datareel.open_dataset(tmp_path)
     assert open_fds() == before  # opening opened no shard
@@ -82,6 +89,31 @@ def test_reading_every_shard_keeps_at_most_the_limit_open(tmp_path, monkeypatch)
         seen.add(ds.read(i)["__key__"])
         assert open_fds() <= before + 2 * 4  # a shard and its index map each hold one descriptor
     assert len(seen) == total and handles_module.handles().opened > 40  # shards were closed and opened again
+
+
+def test_an_index_still_held_survives_the_eviction_of_its_shard(tmp_path, few_open):
+    """Evicting a shard closes its descriptor but must not unmap an index array someone still holds."""
+    write_tiny_shards(tmp_path, shards=10, per_shard=3)
+    prepare_webdataset(tmp_path, progress=False)
+    ds = datareel.open_dataset(tmp_path)
+    held = ds._index(0)
+    expected = held.tolist()
+    for s in range(1, 10):
+        ds._index(s)  # shard 0 is evicted on the way
+    assert str(tmp_path / "parts/s00000.tar") not in handles_module.handles()._open
+    assert held.tolist() == expected and ds.read(1)["__key__"] == "k00000_1"
+
+
+def test_reads_from_threads_share_the_bounded_set_safely(tmp_path, few_open):
+    from concurrent.futures import ThreadPoolExecutor
+
+    total = write_tiny_shards(tmp_path, shards=30, per_shard=4)
+    prepare_webdataset(tmp_path, progress=False)
+    ds = datareel.open_dataset(tmp_path)
+    order = np.random.default_rng(1).permutation(total).tolist() * 3
+    with ThreadPoolExecutor(8) as pool:  # evictions race with reads: each read must still get its own bytes
+        got = list(pool.map(lambda i: (i, ds.read(i)["txt"]), order))
+    assert len(got) == 3 * total and all(text == f"{i // 4}-{i % 4}" for i, text in got)
 
 
 def test_open_reads_no_shard_and_the_first_read_checks_it(tmp_path):

@@ -238,6 +238,19 @@ def test_shard_changed_after_prepare(prepared, how):
     _fails_on_first_use(prepared, r"data-0\.tar .*no longer matches its index", 0, how)
 
 
+@pytest.mark.parametrize("policy", [dict(on_error="substitute"), dict(error_handler=lambda exc, key: None)])
+def test_a_shard_changed_since_prepare_stops_the_run_whatever_the_error_policy(prepared, policy):
+    """A vanished or damaged sample may be substituted; a shard that no longer matches its index puts the
+    whole dataset in question, so it always stops the run, naming the shard."""
+    write_shard(prepared / "parts/data-0.tar", [(f"z{i}", sample_parts(i)) for i in range(4)])
+    loader = datareel.Loader(
+        datareel.open_dataset(prepared), global_batch_size=6, micro_batch_size=6, shuffle=False, **policy
+    )
+    with pytest.raises(datareel.BatchError, match=r"data-0\.tar .*no longer matches its index") as info:
+        next(iter(loader))
+    assert isinstance(info.value.__cause__, datareel.DatasetChangedError)
+
+
 def test_damaged_header_is_caught_on_read(prepared):
     shard = prepared / "parts/data-0.tar"
     data = bytearray(shard.read_bytes())

@@ -14,7 +14,8 @@ The public API::
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.sample_torch_generator()       # the same, as a torch.Generator
     datareel.TaskEncoder                    # the task-encoder protocol
-    datareel.DatareelError (root), OptionError, DatasetError, TopologyError, StateMismatchError, BatchError
+    datareel.DatareelError (root), OptionError, DatasetError (and its DatasetChangedError), TopologyError,
+        StateMismatchError, BatchError
 
 The layers (a module imports only from the ones listed above it)::
 
@@ -35,6 +36,7 @@ from .blend import Blend, concat, mix, mix_epochized, open_dataset
 from .errors import (
     BatchError,
     DatareelError,
+    DatasetChangedError,
     DatasetError,
     OptionError,
     SampleContextError,
@@ -53,6 +55,7 @@ __all__ = [
     "BatchError",
     "Blend",
     "DatareelError",
+    "DatasetChangedError",
     "DatasetError",
     "DefaultTaskEncoder",
     "Loader",

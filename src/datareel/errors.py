@@ -35,6 +35,12 @@ class DatasetError(DatareelError):
     """Data on disk that cannot be read as it is: a missing shard, a stale index, a damaged tar."""
 
 
+class DatasetChangedError(DatasetError):
+    """A shard no longer matches what ``prepare`` recorded (sample count, tar end, ETag). The dataset as a
+    whole is in question, so this is never substituted or handed to an error handler: it always stops
+    the run, naming the shard; re-run ``datareel prepare``."""
+
+
 class TopologyError(DatareelError, ValueError):
     """Batch sizes, world size or a checkpoint cursor that cannot be laid out.
 

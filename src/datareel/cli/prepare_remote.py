@@ -1,13 +1,13 @@
 """``datareel prepare s3://...``: index a WebDataset in a bucket and write its metadata back.
 
-Each shard is downloaded once to a temporary file (one at a time per worker, deleted after its
-scan) and indexed by the same code as a local shard.  Nothing is written until every shard has
-been scanned and checked; then the ``.tar.idx`` objects, the ``.nv-meta`` files and, last of all,
+Each shard is downloaded once to a temporary file (one at a time per worker, deleted after its scan)
+and indexed by the same code as a local shard. Nothing is written until every shard has been scanned
+and checked; then the ``.tar.idx`` objects, the ``.nv-meta`` files and, last of all,
 ``.nv-meta/.info.json`` are uploaded: a reader takes a dataset as prepared by that object, so it
-never sees half a dataset.  ``.nv-meta/etags.json`` records each shard's ETag as indexed; readers
-compare it at open, so a shard replaced by another of the same size is refused too.  A bucket
-offers no lock, so two concurrent runs are not refused here (their results are identical when the
-shards are).
+never sees half a dataset. ``.nv-meta/etags.json`` records each shard's ETag as indexed; readers
+compare it on a shard's first use, so a shard replaced by another of the same size is refused too. A
+bucket offers no lock, so two concurrent runs are not refused here (their results are identical when
+the shards are).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import BatchError, OptionError, check_choice, is_skip
+from ..errors import BatchError, DatasetChangedError, OptionError, check_choice, is_skip
 from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
@@ -130,6 +130,8 @@ class BatchMaker(Dataset):
     def sample(self, position: int, source_id: int, index: int) -> Any:
         try:
             return self._attempt(position, source_id, index)
+        except DatasetChangedError as exc:  # the dataset itself is in question: never substituted or handled
+            raise BatchError(f"{self._where(position, source_id, index)} failed: {exc}") from exc
         except Exception as exc:
             where = self._where(position, source_id, index)
             skip = is_skip(exc)  # outside the windowed stage a skip cannot shorten the reel: substitute
@@ -187,9 +189,13 @@ class BatchMaker(Dataset):
 
     def prefetch(self, source_ids: np.ndarray, indices: np.ndarray) -> None:
         """Tell each source which of its samples are read next (sources in buckets fetch them together).
-        source_ids, indices: int64[k]."""
+        A hint only: whatever goes wrong here is reported when the sample is read, under the error
+        policy. source_ids, indices: int64[k]."""
         for source_id in np.unique(source_ids).tolist():
-            self.sources[source_id].prefetch(np.unique(indices[source_ids == source_id]))
+            try:
+                self.sources[source_id].prefetch(np.unique(indices[source_ids == source_id]))
+            except Exception as exc:  # a user's source, say: the reads will tell
+                log.debug("prefetch of source %s failed: %r", self.names[source_id], exc)
 
     def _make(self, desc: Descriptor) -> Any:
         self.prefetch(desc.source_ids, desc.indices)

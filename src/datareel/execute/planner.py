@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatareelError, is_skip
+from ..errors import DatareelError, DatasetChangedError, is_skip
 from ..plan.rng import DOMAIN_SELECT
 from ..reel.windowed import WindowPlan, make_items
 from .batch import BatchMaker
@@ -79,7 +79,9 @@ class EncoderPlanner:
             if is_skip(exc):
                 return []
             where = maker._where(position, source_id, index)
-            if maker.options.handler is None and maker.options.on_error == "raise":
+            if isinstance(exc, DatasetChangedError) or (
+                maker.options.handler is None and maker.options.on_error == "raise"
+            ):
                 raise DatareelError(f"planning window {window}: {where} failed: {exc!r}") from exc
             failures.append((_picklable(exc), maker._key(source_id, index)))
             return []

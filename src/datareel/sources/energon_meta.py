@@ -17,7 +17,7 @@ import yaml
 from braceexpand import braceexpand
 
 from ..errors import DatasetError
-from ..storage import NotFound
+from ..storage import AccessDenied, NotFound
 
 META = ".nv-meta"
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader (~10x faster) where built
@@ -133,8 +133,8 @@ def read_etags(root: Path) -> dict[str, str]:
     path = root / META / ETAGS
     try:
         raw = path.read_bytes()
-    except (FileNotFoundError, NotFound):
-        return {}
+    except (FileNotFoundError, NotFound, AccessDenied):  # S3 answers 403 for a missing key to credentials
+        return {}  # that may not list the bucket
     try:
         etags = json.loads(raw).get("shards")
     except (ValueError, AttributeError):

@@ -12,6 +12,7 @@ the child, never used.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,17 +30,13 @@ class Handle:
     index: np.ndarray  # uint64[count + 1]
 
     def close(self) -> None:
+        """Close the descriptor and drop the index; the map itself goes when no array uses it any more
+        (closing it here could pull the pages from under a view still held)."""
         try:
             os.close(self.fd)
         except OSError:
             pass
-        mapped = getattr(self.index, "_mmap", None)
         self.index = np.empty(0, dtype=np.uint64)
-        if mapped is not None:  # the map's own descriptor closes with it (unless a caller still holds a view)
-            try:
-                mapped.close()
-            except (BufferError, ValueError):
-                pass
 
 
 def max_open() -> int:
@@ -60,24 +57,34 @@ class OpenShards:
         self.capacity = capacity
         self.opened = 0  # handles opened in this process (reopens after eviction included), for tests and figures
         self._open: OrderedDict[str, Handle] = OrderedDict()
+        self._lock = threading.RLock()  # threads of one process may read too
 
     def get(self, path: str, opener: Callable[[], Handle]) -> Handle:
-        handle = self._open.get(path)
-        if handle is not None:
-            self._open.move_to_end(path)
+        """The handle of ``path``, opened by ``opener`` if it is not open. Its ``index`` may be kept; its
+        ``fd`` must not (another ``get`` may close it): read through :meth:`pread`."""
+        with self._lock:
+            handle = self._open.get(path)
+            if handle is not None:
+                self._open.move_to_end(path)
+                return handle
+            while len(self._open) >= self.capacity:
+                self._open.popitem(last=False)[1].close()
+            handle = self._open[path] = opener()
+            self.opened += 1
             return handle
-        while len(self._open) >= self.capacity:
-            self._open.popitem(last=False)[1].close()
-        handle = self._open[path] = opener()
-        self.opened += 1
-        return handle
+
+    def pread(self, path: str, opener: Callable[[], Handle], size: int, offset: int) -> bytes:
+        """``size`` bytes of ``path`` at ``offset`` (no other thread can close the descriptor meanwhile)."""
+        with self._lock:
+            return os.pread(self.get(path, opener).fd, size, offset)
 
     def __len__(self) -> int:
         return len(self._open)
 
     def close_all(self) -> None:
-        while self._open:
-            self._open.popitem()[1].close()
+        with self._lock:
+            while self._open:
+                self._open.popitem()[1].close()
 
 
 _PER_PROCESS: dict[int, OpenShards] = {}
@@ -88,8 +95,9 @@ def handles() -> OpenShards:
     pid = os.getpid()
     found = _PER_PROCESS.get(pid)
     if found is None:
-        for inherited in _PER_PROCESS.values():
-            inherited.close_all()
+        for inherited in _PER_PROCESS.values():  # not through its lock: a thread may have held it at fork
+            for handle in inherited._open.values():
+                handle.close()
         _PER_PROCESS.clear()
         found = _PER_PROCESS[pid] = OpenShards(max_open())
     return found

@@ -39,7 +39,7 @@ class JsonlSource(Source):
         self.name = name if name is not None else self.path.name
         self._pid: int | None = None  # remote: the process that fetched _idx
         self._idx: np.ndarray | None = None
-        self._fetched: dict[tuple[str, int, int], bytes | DatasetError] = {}  # remote: one micro-batch's lines
+        self._fetched: dict[tuple[str, int, int], bytes] = {}  # remote: one micro-batch's lines
 
     def __len__(self) -> int:
         return self._size
@@ -49,9 +49,7 @@ class JsonlSource(Source):
         if isinstance(self.path, RemotePath):  # prefetched with its micro-batch, else one ranged GET
             url = str(self.path)
             blob = self._fetched.pop((url, start, stop), None)
-            if isinstance(blob, DatasetError):
-                raise blob
-            if blob is None:
+            if blob is None:  # not prefetched, or its GET failed: read alone, failing for this line only
                 blob = files_for(url).read_range(url, start, stop)
         else:
             blob = os.pread(handles().get(str(self.path), self._open_file).fd, stop - start, start)
@@ -69,6 +67,7 @@ class JsonlSource(Source):
         """Remote: fetch the lines together (coalesced, concurrent GETs) for :meth:`read`."""
         if not isinstance(self.path, RemotePath):
             return
+        self._fetched = {}  # only this micro-batch's lines are held
         try:
             idx = self._index()
             ranges = [sample_range(idx, i, lambda: f"{self.path}.idx") for i in np.asarray(indices).tolist()]

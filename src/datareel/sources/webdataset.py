@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatasetError, OptionError
-from ..storage import NotFound, files_for
+from ..errors import DatasetChangedError, DatasetError, OptionError
+from ..storage import AccessDenied, NotFound, files_for
 from ..storage.path import RemotePath, as_path
 from ..storage.remote import remote_files
 from . import energon_meta as meta
@@ -76,11 +76,12 @@ class WebDatasetSource(Source):
         self.decoder = PartDecoder(image_decode, trusted=decode == "trusted") if decode else None
         self.name = name if name is not None else f"{self.root.name}/{split or 'all'}"
         self.shards = self.split.shards
-        self._where = [f"shard {self.root / shard}" for shard in self.shards]  # for error messages
-        self._paths = [str(self.root / shard) for shard in self.shards]
+        base = str(self.root)
+        self._paths = [f"{base}/{shard}" for shard in self.shards]  # plain strings: ~1 µs a shard at open
         self._pid: int | None = None
         self._indices: dict[int, np.ndarray] = {}  # remote only: fetched indices
-        self._fetched: dict[tuple[str, int, int], bytes | DatasetError] = {}  # remote: one micro-batch's ranges
+        self._broken: dict[int, DatasetError] = {}  # remote only: shards whose check failed in this process
+        self._fetched: dict[tuple[str, int, int], bytes] = {}  # remote: one micro-batch's ranges
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._etags = meta.read_etags(self.root) if self._remote else {}  # shard -> ETag when indexed
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
@@ -106,14 +107,14 @@ class WebDatasetSource(Source):
         path = self.root / self.shards[s]
         count = int(self.counts[s])
         if len(idx) != count + 1:
-            raise DatasetError(
+            raise DatasetChangedError(
                 f"index {path}.idx holds {len(idx) - 1} samples but {meta.META}/.info.json says {count}; "
                 f"the dataset changed since it was prepared: re-run `datareel prepare`"
             )
         end = int(idx[-1])
         end_blocks = tail(end) if end + BLOCK <= size else b""
         if size < end or len(end_blocks) < BLOCK or end_blocks.count(0) != BLOCK:
-            raise DatasetError(
+            raise DatasetChangedError(
                 f"shard {path} ({size} bytes) no longer matches its index, which ends the last sample "
                 f"at byte {end} before the tar's end blocks: the shard is truncated or changed since "
                 f"it was prepared; re-run `datareel prepare`"
@@ -158,67 +159,83 @@ class WebDatasetSource(Source):
     # -- lazy per-process handles -----------------------------------------------------------------
     def _handles(self) -> None:
         if self._pid != os.getpid():  # first use in this process (e.g. a worker after fork)
-            self._pid, self._indices, self._fetched = os.getpid(), {}, {}
+            self._pid, self._indices, self._broken, self._fetched = os.getpid(), {}, {}, {}
 
     def _index(self, s: int) -> np.ndarray:
         """Shard ``s``'s offsets (checked on first use in this process). -> uint64[count + 1]
 
         Local: the mapped index of the shard's handle, from the process's bounded set of open shards.
-        Remote: fetched once per process and kept (8 bytes per sample; no descriptor)."""
+        Remote: fetched once per process and kept (8 bytes per sample; no descriptor); a shard whose
+        check failed fails again at once, without asking the store again."""
         if not self._remote:
             return handles().get(self._paths[s], lambda: self._open_shard(s)).index
         self._handles()
         idx = self._indices.get(s)
         if idx is None:
-            url = self._paths[s]
-            files = files_for(url)
+            failed = self._broken.get(s)
+            if failed is not None:
+                raise type(failed)(str(failed))
             try:
-                found = files.info(url)
-            except NotFound as exc:
-                raise DatasetError(f"shard {url} is missing (listed in {meta.META}/.info.json): {exc}") from None
-            recorded = self._etags.get(self.shards[s])
-            if recorded is not None and found.etag != recorded:
-                raise DatasetError(
-                    f"shard {url} was replaced since it was prepared: its ETag is {found.etag!r}, "
-                    f"{meta.META}/{meta.ETAGS} recorded {recorded!r}; re-run `datareel prepare {self.root} --overwrite`"
-                )
-            idx = read_index(as_path(f"{url}.idx"))
-            self._checked(s, found.size, idx, lambda end: files.read_range(url, end, end + BLOCK))
-            self._indices[s] = idx
+                idx = self._indices[s] = self._fetch_index(s)
+            except (NotFound, AccessDenied, DatasetChangedError) as exc:  # permanent: transient ones are retried
+                self._broken[s] = exc
+                raise
+        return idx
+
+    def _fetch_index(self, s: int) -> np.ndarray:
+        """A remote shard checked (exists; ETag as recorded; index and tar end agree) -> its index."""
+        url = self._paths[s]
+        files = files_for(url)
+        try:
+            found = files.info(url)
+        except NotFound as exc:
+            raise NotFound(f"shard {url} is missing (listed in {meta.META}/.info.json): {exc}") from None
+        recorded = self._etags.get(self.shards[s])
+        if recorded is not None and found.etag is not None and found.etag.strip('"') != recorded.strip('"'):
+            raise DatasetChangedError(
+                f"shard {url} was replaced since it was prepared: its ETag is {found.etag!r}, "
+                f"{meta.META}/{meta.ETAGS} recorded {recorded!r}; re-run `datareel prepare {self.root} --overwrite`"
+            )
+        idx = read_index(as_path(f"{url}.idx"))
+        self._checked(s, found.size, idx, lambda end: files.read_range(url, end, end + BLOCK))
         return idx
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
         return sample_range(self._index(s), local, lambda: f"{self.root / self.shards[s]}.idx")
 
     def prefetch(self, indices: np.ndarray) -> None:
-        """Remote: fetch the samples' ranges together (coalesced, concurrent GETs) for :meth:`_pread`."""
+        """Remote: fetch the samples' ranges together (coalesced, concurrent GETs) for :meth:`_pread`.
+        Shards new to this process are checked concurrently first; a sample whose shard or index is
+        broken is left out here and fails (or is substituted) when it is read, as without prefetching."""
         if not self._remote:
             return
         self._handles()
+        self._fetched = {}  # only this micro-batch's bytes are held
         try:
             shard, local = self.locate_many(np.asarray(indices, dtype=np.int64))
-            first_use = [s for s in np.unique(shard).tolist() if s not in self._indices]
-            remote_files().each(self._index, first_use)  # shards new to this process: checked concurrently too
-            wanted = [
-                (str(self.root / self.shards[s]), *self._range(s, i)) for s, i in zip(shard.tolist(), local.tolist())
-            ]
-        except (DatasetError, IndexError):
-            return  # a bad index or a missing index file: read() reports it for that sample
+        except IndexError:
+            return
+        first_use = [s for s in np.unique(shard).tolist() if s not in self._indices and s not in self._broken]
+        remote_files().each(self._index, first_use)  # failures are remembered by _index and raised on read
+        wanted = []
+        for s, i in zip(shard.tolist(), local.tolist()):
+            if s in self._indices:
+                try:
+                    wanted.append((self._paths[s], *self._range(s, i)))
+                except DatasetError:
+                    pass  # a damaged index entry: read() names it
         self._fetched = remote_files().read_ranges(wanted)
 
     def _pread(self, s: int, start: int, stop: int) -> bytes:
         if self._remote:  # prefetched with its micro-batch, else one ranged GET
-            url = str(self.root / self.shards[s])
+            url = self._paths[s]
             try:
                 got = self._fetched.pop((url, start, stop), None)
-                if isinstance(got, DatasetError):
-                    raise got
                 return got if got is not None else files_for(url).read_range(url, start, stop)
             except DatasetError as exc:
                 local = int(np.searchsorted(self._index(s), start, side="right")) - 1
                 raise DatasetError(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
-        fd = handles().get(self._paths[s], lambda: self._open_shard(s)).fd
-        blob = os.pread(fd, stop - start, start)
+        blob = handles().pread(self._paths[s], lambda: self._open_shard(s), stop - start, start)
         if len(blob) != stop - start:
             raise DatasetError(
                 f"shard {self.root / self.shards[s]}: read {len(blob)} of {stop - start} bytes at {start}; "
@@ -228,7 +245,7 @@ class WebDatasetSource(Source):
 
     def _read_key(self, s: int, local: int) -> str | None:
         start, stop = self._range(s, local)
-        for name, _, _ in iter_members(self._pread(s, start, stop), self._where[s], start):
+        for name, _, _ in iter_members(self._pread(s, start, stop), f"shard {self._paths[s]}", start):
             split = split_name(name)
             if split is not None:
                 return split[0]
@@ -289,7 +306,7 @@ class WebDatasetSource(Source):
     def _read_raw(self, s: int, local: int) -> tuple[str, dict[str, bytes], str]:
         """``(key, {part: bytes}, where)`` of sample ``local`` of shard ``s``."""
         start, stop = self._range(s, local)
-        where = self._where[s]
+        where = f"shard {self._paths[s]}"
         blob = self._pread(s, start, stop)
         key: str | None = None
         parts: dict[str, bytes] = {}
@@ -342,4 +359,4 @@ class WebDatasetSource(Source):
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_indices": {}, "_fetched": {}}
+        return {**self.__dict__, "_pid": None, "_indices": {}, "_broken": {}, "_fetched": {}}

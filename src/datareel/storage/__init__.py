@@ -28,6 +28,11 @@ class NotFound(DatasetError):
     """The file or object does not exist (or is not a file: a directory, a bucket prefix)."""
 
 
+class AccessDenied(DatasetError):
+    """The store refused the request (403). S3 also answers 403, not 404, for a missing object when the
+    credentials may not list the bucket."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """An object's size in bytes and, where the store reports one, its ETag (``None`` locally)."""

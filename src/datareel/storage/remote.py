@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DatasetError, OptionError, check_int
-from . import NotFound, ObjectInfo
+from . import AccessDenied, NotFound, ObjectInfo
 
 log = logging.getLogger("datareel")
 T = TypeVar("T")
@@ -155,6 +155,7 @@ class RemoteFiles:
         self.requests = 0  # requests sent by this process (tries included), for the cost figures
         self._clients: dict[str, tuple[Any, str]] = {}
         self._count = threading.Lock()
+        self.concurrency = concurrency()  # checked when the first remote path is opened, not mid-run
         self._pool: ThreadPoolExecutor | None = None
 
     def _resolve(self, url: str) -> tuple[Any, str]:
@@ -179,7 +180,7 @@ class RemoteFiles:
                 if isinstance(exc, FileNotFoundError):
                     raise NotFound(f"{url} does not exist ({what})") from None
                 if isinstance(exc, PermissionError):
-                    raise DatasetError(f"{url}: access denied ({what}): {exc}; check the credentials") from None
+                    raise AccessDenied(f"{url}: access denied ({what}): {exc}; check the credentials") from None
                 if not _transient(exc) or attempt + 1 == self.retry.attempts:
                     tries = f" after {attempt + 1} tries" if attempt else ""
                     raise DatasetError(f"{url}: {what} failed{tries}: {type(exc).__name__}: {exc}") from exc
@@ -215,12 +216,12 @@ class RemoteFiles:
 
         return self._call(path, f"reading bytes [{start}, {stop})", get)
 
-    def read_ranges(self, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes | DatasetError]:
+    def read_ranges(self, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes]:
         """Many ranges ``(url, start, stop)`` at once, for one micro-batch: ranges of one object close
         together are fetched by one GET (:func:`coalesce`), and the GETs run :func:`concurrency` at a
-        time on this process's threads, each with the retry policy. A range whose GET failed maps to
-        its :class:`~datareel.errors.DatasetError` instead of bytes: nothing is raised here, so the
-        caller reports each failure where it would have read the sample."""
+        time on this process's threads, each with the retry policy. Ranges whose GET failed are left
+        out (nothing is raised here): the caller reads each of those alone, with its own retries, and
+        reports a failure for exactly that sample, as without prefetching."""
         by_url: dict[str, list[tuple[int, int]]] = {}
         for url, start, stop in set(wanted):
             by_url.setdefault(url, []).append((start, stop))
@@ -233,17 +234,20 @@ class RemoteFiles:
             for g in range(int(group.max()) + 1):
                 members = [ranges[i] for i in np.flatnonzero(group == g).tolist()]
                 jobs.append((url, min(r[0] for r in members), max(r[1] for r in members), members))
-        out: dict[tuple[str, int, int], bytes | DatasetError] = {}
+        out: dict[tuple[str, int, int], bytes] = {}
         for (url, first, _, members), got in zip(jobs, self.each(lambda job: self.read_range(*job[:3]), jobs)):
+            if isinstance(got, DatasetError):
+                log.debug("prefetching %d ranges of %s failed (%s); they are read one by one", len(members), url, got)
+                continue
             for start, stop in members:
-                out[url, start, stop] = got if isinstance(got, DatasetError) else got[start - first : stop - first]
+                out[url, start, stop] = got[start - first : stop - first]
         return out
 
     def each(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]:
         """``call(item)`` for every item, :func:`concurrency` at a time on this process's threads, in order;
         an item whose call raised a :class:`~datareel.errors.DatasetError` gives that error instead."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(concurrency(), thread_name_prefix="datareel-get")
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="datareel-get")
 
         def run(item: Any) -> T | DatasetError:
             try:
