@@ -16,15 +16,17 @@ Figures: median (min–max) over the repeats.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from wds_helpers import write_tiny_shards
 
 CHILD = r"""
 import json, os, resource, sys, time, warnings
@@ -69,17 +71,6 @@ print(json.dumps({"open_cpu": opened, "first_batch": first, "fds": len(os.listdi
 """
 
 
-def write_tiny(root: Path, shards: int, per_shard: int) -> None:
-    (root / "parts").mkdir(parents=True)
-    for s in range(shards):
-        with tarfile.open(root / "parts" / f"s{s:06d}.tar", "w") as tar:
-            for j in range(per_shard):
-                data = f"sample {s}-{j}".encode()
-                info = tarfile.TarInfo(f"k{s:06d}_{j:03d}.txt")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-
-
 def run(which: str, root: Path, batches: int) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", CHILD, which, str(root), str(batches)], capture_output=True, text=True, check=False
@@ -109,7 +100,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="datareel-bench-scale-") as tmp:
         for shards in counts:
             root = Path(tmp) / f"ds{shards}"
-            write_tiny(root, shards, args.per_shard)
+            write_tiny_shards(root, shards, args.per_shard)
             prepare_webdataset(root, progress=False)
             results: dict[str, list[dict[str, float]]] = {"datareel": [], "energon": []}
             for _ in range(args.repeats):

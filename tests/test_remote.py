@@ -310,18 +310,27 @@ def test_on_error_substitute_replaces_samples_of_a_vanished_shard_as_locally(dat
     assert len(keys) == len(dataset) and not gone & set(keys)  # every position served, none from the lost shard
 
 
+def prepared_in_bucket(tmp_path: Path, bucket: str, **shards) -> Path:
+    """build_shards(**shards) in tmp_path/raw, uploaded to s3://bucket/raw and indexed there by
+    `datareel prepare`. -> the local shards (not prepared)"""
+    from datareel.cli import main
+    from s3_server import make_bucket
+
+    raw = tmp_path / "raw"
+    build_shards(raw, **shards)
+    make_bucket(bucket)
+    upload(raw, f"s3://{bucket}/raw")
+    assert main(["prepare", f"s3://{bucket}/raw", "--quiet"]) == 0
+    return raw
+
+
 def test_prepare_on_a_url_writes_the_same_metadata_as_locally(server, tmp_path):
     """`datareel prepare s3://...` indexes shards in the bucket; the result reads like a local prepare's."""
     import boto3
 
     from datareel.cli import main
-    from s3_server import make_bucket
 
-    raw = tmp_path / "raw"
-    build_shards(raw)
-    make_bucket("fresh")
-    upload(raw, "s3://fresh/raw")
-    assert main(["prepare", "s3://fresh/raw", "--quiet"]) == 0
+    raw = prepared_in_bucket(tmp_path, "fresh")
     prepare_webdataset(raw, progress=False)
     for shard in sorted(p.relative_to(raw).as_posix() for p in raw.rglob("*.tar")):
         body = boto3.client("s3").get_object(Bucket="fresh", Key=f"raw/{shard}.idx")["Body"].read()
@@ -340,13 +349,8 @@ def test_a_shard_replaced_by_one_of_the_same_size_is_refused_by_its_recorded_eta
     import boto3
 
     from datareel.cli import main
-    from s3_server import make_bucket
 
-    raw = tmp_path / "raw"
-    build_shards(raw)
-    make_bucket("etags")
-    upload(raw, "s3://etags/raw")
-    assert main(["prepare", "s3://etags/raw", "--quiet"]) == 0
+    raw = prepared_in_bucket(tmp_path, "etags")
     body = bytearray((raw / "parts" / "data-0.tar").read_bytes())
     body[600] ^= 1  # one byte of the first member's content: same size, same index, same tar end
     boto3.client("s3").put_object(Bucket="etags", Key="raw/parts/data-0.tar", Body=bytes(body))
@@ -363,14 +367,7 @@ def test_a_shard_replaced_by_one_of_the_same_size_is_refused_by_its_recorded_eta
 def test_energon_reads_a_bucket_prepared_by_datareel_through_its_own_msc_support(server, tmp_path, monkeypatch):
     from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset, stateless
 
-    from datareel.cli import main
-    from s3_server import make_bucket
-
-    raw = tmp_path / "raw"
-    build_shards(raw, long_names=False)
-    make_bucket("energon")
-    upload(raw, "s3://energon/raw")
-    assert main(["prepare", "s3://energon/raw", "--quiet"]) == 0
+    prepared_in_bucket(tmp_path, "energon", long_names=False)
     config = tmp_path / "msc.yaml"
     config.write_text(
         "profiles:\n  bucket:\n    storage_provider:\n      type: s3\n      options:\n"

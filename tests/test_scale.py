@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,19 +15,7 @@ import datareel
 from datareel.cli.prepare import prepare_webdataset
 from datareel.sources import handles as handles_module
 from datareel.sources.handles import Handle, OpenShards
-
-
-def write_tiny_shards(root: Path, shards: int, per_shard: int) -> int:
-    """``shards`` tar files of ``per_shard`` one-part samples under root/parts. -> samples in all"""
-    (root / "parts").mkdir(parents=True)
-    for s in range(shards):
-        with tarfile.open(root / "parts" / f"s{s:05d}.tar", "w") as tar:
-            for j in range(per_shard):
-                data = f"{s}-{j}".encode()
-                info = tarfile.TarInfo(f"k{s:05d}_{j}.txt")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return shards * per_shard
+from wds_helpers import write_tiny_shards
 
 
 def open_fds() -> int:

@@ -106,3 +106,17 @@ def energon_samples(root: Path, split: str = "train", train: bool = False) -> di
             sample = {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
         out[sample["__key__"]] = sample
     return out
+
+
+def write_tiny_shards(root: Path, shards: int, per_shard: int) -> int:
+    """``shards`` tar files of ``per_shard`` one-part samples (``k{shard}_{j}.txt`` holding
+    ``"{shard}-{j}"``) under root/parts, for datasets of many shards. -> samples in all"""
+    (root / "parts").mkdir(parents=True)
+    for s in range(shards):
+        with tarfile.open(root / "parts" / f"s{s:05d}.tar", "w") as tar:
+            for j in range(per_shard):
+                data = f"{s}-{j}".encode()
+                info = tarfile.TarInfo(f"k{s:05d}_{j}.txt")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return shards * per_shard
