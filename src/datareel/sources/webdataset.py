@@ -2,9 +2,11 @@
 
 Sample ``i`` of a split is found by arithmetic on the split's per-shard counts
 (or, when samples are excluded by key, through a kept-index array), then read
-with one positioned read of ``[idx[i], idx[i+1])`` from its shard.  File
-handles and index maps are opened lazily in the process that reads, so
-DataLoader workers open their own after fork.
+with one positioned read of ``[idx[i], idx[i+1])`` from its shard.  Opening
+reads the metadata only; a shard is opened and checked on its first use in
+the process that reads it (DataLoader workers open their own after fork),
+through the process's bounded set of open shards (:mod:`.handles`).  In a
+bucket, a micro-batch's samples are fetched together (:meth:`prefetch`).
 """
 
 from __future__ import annotations
