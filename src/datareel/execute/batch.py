@@ -94,6 +94,7 @@ class BatchMaker(Dataset):
         self.names = [source.name for source in self.sources]
         self.encoder = encoder
         self.options = options
+        self.prefetching = np.array([i for i, s in enumerate(self.sources) if s.prefetches], dtype=np.int64)
 
     # -- one sample -------------------------------------------------------------------------------
     def _read(self, source_id: int, index: int) -> Any:
@@ -191,7 +192,9 @@ class BatchMaker(Dataset):
         """Tell each source which of its samples are read next (sources in buckets fetch them together).
         A hint only: whatever goes wrong here is reported when the sample is read, under the error
         policy. source_ids, indices: int64[k]."""
-        for source_id in np.unique(source_ids).tolist():
+        if not len(self.prefetching):  # local sources read on demand: nothing to announce
+            return
+        for source_id in np.intersect1d(source_ids, self.prefetching).tolist():
             try:
                 self.sources[source_id].prefetch(np.unique(indices[source_ids == source_id]))
             except Exception as exc:  # a user's source, say: the reads will tell

@@ -56,6 +56,9 @@ class Source(abc.ABC):
     def read(self, index: int) -> Any:
         """The raw sample at ``index`` (``0 <= index < len(self)``)."""
 
+    #: Whether :meth:`prefetch` does anything (the loader announces micro-batches only to such sources).
+    prefetches: bool = False
+
     def prefetch(self, indices: np.ndarray) -> None:
         """A hint that samples ``indices`` (int64[k], one micro-batch) will be read next.
 
@@ -142,6 +145,10 @@ class MappedSource(Source):
 
     def key(self, index: int) -> str:
         return self.base.key(int(self._map(np.array([index]))[0]))
+
+    @property
+    def prefetches(self) -> bool:
+        return self.base.prefetches
 
     def prefetch(self, indices: np.ndarray) -> None:
         self.base.prefetch(self._map(indices))

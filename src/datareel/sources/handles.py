@@ -16,10 +16,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import OptionError
+from .index_files import read_index
 
 
 @dataclass
@@ -37,6 +39,20 @@ class Handle:
         except OSError:
             pass
         self.index = np.empty(0, dtype=np.uint64)
+
+
+def open_handle(path: str, check: Callable[[int, np.ndarray], None] | None = None) -> Handle:
+    """Open ``path`` and map its ``.idx``; ``check(fd, index)`` may refuse them (the descriptor is closed
+    then, as on any failure)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        index = read_index(Path(f"{path}.idx"))
+        if check is not None:
+            check(fd, index)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Handle(fd, index)
 
 
 def max_open() -> int:

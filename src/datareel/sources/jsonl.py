@@ -13,17 +13,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ..storage import files_for
 from ..storage.path import RemotePath, as_path
-from ..storage.remote import remote_files
+from ..storage.remote import read_prefetched, remote_files
 from .base import Sample, Source, file_check
-from .handles import Handle, handles
+from .handles import Handle, handles, open_handle
 from .index_files import read_index, sample_range
 
 
 class JsonlSource(Source):
     def __init__(self, path: str | os.PathLike, *, name: str | None = None):
         self.path = as_path(path)
+        self.prefetches = isinstance(self.path, RemotePath)
         if not self.path.is_file():
             raise DatasetError(f"JSONL file {self.path} does not exist")
         idx = read_index(as_path(f"{self.path}.idx"))
@@ -47,12 +47,9 @@ class JsonlSource(Source):
     def read(self, index: int) -> dict[str, Any]:
         start, stop = sample_range(self._index(), index, lambda: f"{self.path}.idx")
         if isinstance(self.path, RemotePath):  # prefetched with its micro-batch, else one ranged GET
-            url = str(self.path)
-            blob = self._fetched.pop((url, start, stop), None)
-            if blob is None:  # not prefetched, or its GET failed: read alone, failing for this line only
-                blob = files_for(url).read_range(url, start, stop)
+            blob = read_prefetched(self._fetched, str(self.path), start, stop)
         else:
-            blob = os.pread(handles().get(str(self.path), self._open_file).fd, stop - start, start)
+            blob = handles().pread(str(self.path), self._open_file, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         try:
             return Sample(__key__=str(index), json=json.loads(blob.decode("utf-8")))
@@ -85,12 +82,7 @@ class JsonlSource(Source):
         return self._idx
 
     def _open_file(self) -> Handle:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            return Handle(fd, read_index(as_path(f"{self.path}.idx")))
-        except BaseException:
-            os.close(fd)
-            raise
+        return open_handle(str(self.path))
 
     def key(self, index: int) -> str:
         return str(index)

@@ -21,12 +21,12 @@ import numpy as np
 from ..errors import DatasetChangedError, DatasetError, OptionError
 from ..storage import AccessDenied, NotFound, files_for
 from ..storage.path import RemotePath, as_path
-from ..storage.remote import remote_files
+from ..storage.remote import read_prefetched, remote_files
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .decode import PartDecoder
 from .fieldmap import TypedFields, typed_fields
-from .handles import Handle, handles
+from .handles import Handle, handles, open_handle
 from .index_files import read_index, sample_range
 from .tarparse import BLOCK, iter_members, split_name
 from .typed import SAMPLE_CLASSES
@@ -55,7 +55,7 @@ class WebDatasetSource(Source):
         name: str | None = None,
     ):
         self.root = as_path(root)
-        self._remote = isinstance(self.root, RemotePath)
+        self._remote = self.prefetches = isinstance(self.root, RemotePath)
         if not meta.is_prepared(self.root):
             raise meta.unprepared(self.root)
         info = meta.read_info(self.root)
@@ -106,7 +106,7 @@ class WebDatasetSource(Source):
 
     def _checked(self, s: int, size: int, idx: np.ndarray, tail: Callable[[int], bytes]) -> None:
         """Shard ``s`` of ``size`` bytes agrees with its index ``idx`` (``tail(end)``: its 512 bytes at ``end``)."""
-        path = self.root / self.shards[s]
+        path = self._paths[s]
         count = int(self.counts[s])
         if len(idx) != count + 1:
             raise DatasetChangedError(
@@ -124,18 +124,13 @@ class WebDatasetSource(Source):
 
     def _open_shard(self, s: int) -> Handle:
         """A local shard opened and checked: its descriptor and its mapped index."""
-        path = self.root / self.shards[s]
         try:
-            fd = os.open(path, os.O_RDONLY)
+            return open_handle(
+                self._paths[s],
+                lambda fd, idx: self._checked(s, os.fstat(fd).st_size, idx, lambda end: os.pread(fd, BLOCK, end)),
+            )
         except FileNotFoundError:
-            raise DatasetError(f"shard {path} is missing (listed in {meta.META}/.info.json)") from None
-        try:
-            handle = Handle(fd, read_index(as_path(f"{path}.idx")))
-            self._checked(s, os.fstat(fd).st_size, handle.index, lambda end: os.pread(fd, BLOCK, end))
-        except BaseException:
-            os.close(fd)
-            raise
-        return handle
+            raise DatasetError(f"shard {self._paths[s]} is missing (listed in {meta.META}/.info.json)") from None
 
     def _kept_indices(self) -> np.ndarray:
         """Split indices that survive sample excludes. -> int64[N_kept] (built once at open)."""
@@ -203,7 +198,7 @@ class WebDatasetSource(Source):
         return idx
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
-        return sample_range(self._index(s), local, lambda: f"{self.root / self.shards[s]}.idx")
+        return sample_range(self._index(s), local, lambda: f"{self._paths[s]}.idx")
 
     def prefetch(self, indices: np.ndarray) -> None:
         """Remote: fetch the samples' ranges together (coalesced, concurrent GETs) for :meth:`_pread`.
@@ -232,15 +227,14 @@ class WebDatasetSource(Source):
         if self._remote:  # prefetched with its micro-batch, else one ranged GET
             url = self._paths[s]
             try:
-                got = self._fetched.pop((url, start, stop), None)
-                return got if got is not None else files_for(url).read_range(url, start, stop)
+                return read_prefetched(self._fetched, url, start, stop)
             except DatasetError as exc:
                 local = int(np.searchsorted(self._index(s), start, side="right")) - 1
                 raise DatasetError(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
         blob = handles().pread(self._paths[s], lambda: self._open_shard(s), stop - start, start)
         if len(blob) != stop - start:
             raise DatasetError(
-                f"shard {self.root / self.shards[s]}: read {len(blob)} of {stop - start} bytes at {start}; "
+                f"shard {self._paths[s]}: read {len(blob)} of {stop - start} bytes at {start}; "
                 f"the shard was truncated after it was opened"
             )
         return blob
@@ -281,7 +275,7 @@ class WebDatasetSource(Source):
             out[mask] = idx[local[mask] + 1].astype(np.int64) - idx[local[mask]].astype(np.int64)
             if (out[mask] < 0).any():
                 bad = int(local[mask][out[mask] < 0][0])
-                sample_range(idx, bad, lambda s=s: f"{self.root / self.shards[s]}.idx")  # raises, naming it
+                sample_range(idx, bad, lambda s=s: f"{self._paths[s]}.idx")  # raises, naming it
         return out
 
     def global_indices(self, indices: np.ndarray) -> np.ndarray:

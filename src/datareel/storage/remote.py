@@ -282,6 +282,14 @@ class RemoteFiles:
         self._call(path, "downloading it", lambda client, key: client.download_file(key, target))
 
 
+def read_prefetched(fetched: dict[tuple[str, int, int], bytes], url: str, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)`` of ``url``: taken out of ``fetched`` (what :meth:`RemoteFiles.read_ranges`
+    got for the micro-batch), or, if not there (not announced, or its GET failed), one ranged GET of
+    their own, with its own retries and errors."""
+    got = fetched.pop((url, start, stop), None)
+    return got if got is not None else remote_files().read_range(url, start, stop)
+
+
 _PER_PROCESS: dict[int, RemoteFiles] = {}
 
 
