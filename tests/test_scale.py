@@ -15,7 +15,7 @@ import datareel
 from datareel.cli.prepare import prepare_webdataset
 from datareel.sources import handles as handles_module
 from datareel.sources.handles import Handle, OpenShards
-from wds_helpers import write_tiny_shards
+from wds_helpers import write_template_shards, write_tiny_shards
 
 
 def open_fds() -> int:
@@ -163,3 +163,123 @@ def test_two_thousand_shards_read_under_ulimit_256_with_and_without_workers(tmp_
         assert len(peaks) == (1 if workers == "0" else 2)
         # a process's own descriptors (torch, pipes, queues) stay below 64; shards add at most 2 × 32
         assert max(peaks.values()) <= 64 + 2 * 32, peaks
+
+
+# --- streaming prepare: memory flat in the dataset's size ---------------------------------------------
+
+
+def python_peak(work) -> int:
+    """Peak bytes of Python objects allocated while ``work()`` runs (sqlite's own cache is not counted: it
+    is bounded by index_db.CACHE_KIB)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_prepare_holds_a_few_shards_in_memory_not_the_dataset(tmp_path):
+    """Ten times the shards, the same peak: a prepare that kept every shard's keys, parts and offsets until
+    the end (as before streaming) peaks ten times higher here (measured: 1.2 MB at 8 shards, 11.1 MB at 80;
+    now 0.3 MB and 0.2 MB)."""
+    peaks = []
+    for shards in (8, 80):
+        root = tmp_path / f"d{shards}"
+        write_template_shards(root, shards, 400)
+        peaks.append(python_peak(lambda root=root: prepare_webdataset(root, workers=1, progress=False)))
+        assert len(datareel.open_dataset(root)) == shards * 400
+    assert peaks[1] < 1.5 * peaks[0], peaks
+
+
+def test_jsonl_prepare_memory_is_flat_and_its_index_exact_across_flushes(tmp_path, monkeypatch):
+    """Offsets are flushed to the index file in chunks (2^16; 1,000 here); the index equals the lines'
+    starts either way, and ten times the lines peak no higher (holding every offset, it would)."""
+    from datareel.cli import prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "_CHUNK", 1000)
+    peaks = []
+    for lines in (10_000, 100_000):
+        path = tmp_path / f"t{lines}.jsonl"
+        rows = [b"\n"] + [b'{"i": %d}\n' % i for i in range(lines)]  # a leading blank line: part of sample 0
+        path.write_bytes(b"".join(rows))
+        peaks.append(python_peak(lambda path=path: prepare_module.prepare_jsonl(path)))
+        expected = np.cumsum([0] + [len(r) for r in rows])[1:]  # each row's end = the next row's start
+        expected[0] = 0
+        np.testing.assert_array_equal(np.fromfile(f"{path}.idx", dtype="<u8"), expected)
+        ds = datareel.open_dataset(path)
+        assert len(ds) == lines and ds.read(lines - 1)["json"] == {"i": lines - 1}
+    assert peaks[1] < 1.5 * peaks[0], peaks
+
+
+def test_scan_in_order_keeps_a_bounded_window_and_stops_at_the_first_error():
+    import threading
+    import time
+
+    from datareel.cli.prepare import scan_in_order
+
+    lock, started, taken = threading.Lock(), [], []
+
+    def scan(shard: str) -> str:
+        with lock:
+            started.append(shard)
+            assert len(started) - len(taken) <= 2 * 3, "more scans under way than the window allows"
+        time.sleep(0.001 * (int(shard) % 4))  # out-of-order completion
+        if shard == "40":
+            raise ValueError("shard 40 is damaged")
+        return shard
+
+    shards = [str(i) for i in range(100)]
+    with pytest.raises(ValueError, match="shard 40"):
+        for result in scan_in_order(scan, shards, 3, progress=False, processes=False):
+            taken.append(result)
+    assert taken == shards[:40]  # in shard order, up to the failing one
+    assert len(started) <= 40 + 1 + 2 * 3  # nothing after the window was started
+
+
+def test_a_duplicate_key_far_apart_is_named_by_both_shards_and_nothing_is_left(tmp_path):
+    write_template_shards(tmp_path, 12, 30)
+    shard = tmp_path / "parts" / "s00009.tar"
+    body = bytearray(shard.read_bytes())
+    # sample 5 of shard 9 takes the name of sample 3 of shard 0 (same width; checksum recomputed)
+    header = 5 * 1024
+    body[header : header + 21] = b"k00000_0000000003.txt"
+    body[header + 148 : header + 156] = b" " * 8
+    body[header + 148 : header + 156] = b"%06o\0 " % sum(body[header : header + 512])
+    shard.write_bytes(bytes(body))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(datareel.DatasetError) as caught:
+        prepare_webdataset(tmp_path, workers=2, progress=False)
+    assert str(caught.value) == (
+        f"duplicate sample key 'k00000_0000000003': sample 3 of shard {tmp_path}/parts/s00000.tar and sample 5 "
+        f"of shard {tmp_path}/parts/s00009.tar; keys must be unique across the dataset: rename one"
+    )
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no .idx, no .nv-meta
+
+
+def test_a_killed_prepare_leaves_one_staging_directory_which_the_next_run_removes(tmp_path):
+    write_template_shards(tmp_path, 3, 5)
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from datareel.cli import index_db
+        from datareel.cli.prepare import prepare_webdataset
+        add = index_db.IndexDb.add
+        def add_then_die(self, shard, *args):
+            add(self, shard, *args)
+            if len(self.counts) == 2:  # two shards streamed to disk: killed mid-run
+                os.kill(os.getpid(), signal.SIGKILL)
+        index_db.IndexDb.add = add_then_die
+        prepare_webdataset({str(tmp_path)!r}, workers=1, progress=False)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "parts")
+    assert len(left) == 1 and left[0].startswith(".nv-meta") and ".tmp-" in left[0], left
+    assert not list(tmp_path.rglob("*.idx")), "no index file is visible before the run completes"
+    prepare_webdataset(tmp_path, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".nv-meta", "parts"]
+    assert len(datareel.open_dataset(tmp_path)) == 15

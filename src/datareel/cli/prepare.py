@@ -3,10 +3,14 @@
 For a directory of ``*.tar`` shards it writes, per shard, ``X.tar.idx`` and, in
 ``.nv-meta/``, ``.info.json``, ``split.yaml``, ``dataset.yaml``,
 ``index.sqlite`` and ``index.uuid`` — what Energon's own loaders and tools read.
-Shards are scanned in parallel with a progress bar.  Nothing is written until
-every shard has been scanned and checked (duplicate keys, sample type, field
-map); files are then written under temporary names and renamed into place, so
-a failure leaves no half-written metadata.  ``--overwrite`` swaps the new
+Shards are scanned in parallel with a progress bar and streamed to disk as they
+come, into a staging directory beside the shards: each shard's index file, and
+its keys and parts into ``index.sqlite`` (whose unique key index is the
+duplicate-key check), so memory holds a few shards' scans whatever the dataset
+size.  Nothing becomes visible until every shard has been scanned and checked
+(duplicate keys, sample type, field map): the files are then renamed into place,
+so a failure leaves no half-written metadata (a killed run leaves only its
+staging directory, which the next run removes).  ``--overwrite`` swaps the new
 ``.nv-meta`` in atomically (:mod:`.atomic`), keeping a length index, and two
 runs on one directory do not interleave: the second is refused at once.
 """
@@ -14,16 +18,20 @@ runs on one directory do not interleave: the second is refused at once.
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import os
 import shutil
-import sqlite3
 import tempfile
 import uuid
-from concurrent.futures import ProcessPoolExecutor
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 import yaml
@@ -32,9 +40,12 @@ from tqdm import tqdm
 from ..errors import DatasetError, OptionError
 from ..sources.energon_meta import META
 from ..sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
-from ..sources.index_files import write_index
+from ..sources.index_files import DTYPE, write_index
 from ..sources.tarparse import BLOCK, scan_tar
 from .atomic import leftover, locked, swap_in
+from .index_db import IndexDb
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -195,97 +206,22 @@ def _prepare_locked(
     config = dataset_yaml(sample_type, field_map)
     splits = split_shards(shards, parse_split_ratio(split_ratio))
 
-    scans = _scan_all(root, shards, workers, progress)
-    report = check_scans(str(root), scans, config, sample_type, splits)
-    _write_all(root, scans, splits, config, overwrite)
-    return report
-
-
-def check_scans(
-    root: str, scans: list[ShardScan], config: dict[str, Any], sample_type: str, splits: dict[str, list[str]]
-) -> PrepareReport:
-    """Refuse duplicate keys across the dataset and a field map naming parts no sample has; the report."""
-    owner: dict[str, tuple[str, int]] = {}
-    for scan in scans:
-        for i, key in enumerate(scan.keys):
-            other = owner.setdefault(key, (scan.shard, i))
-            if other != (scan.shard, i):
-                raise DatasetError(
-                    f"duplicate sample key {key!r}: sample {other[1]} of shard {root}/{other[0]} and sample {i} "
-                    f"of shard {root}/{scan.shard}; keys must be unique across the dataset: rename one"
-                )
-    found_parts = sorted({part for scan in scans for _, part, _, _ in scan.parts})
-    if sample_type != CRUDE:
-        fields = typed_fields(config, "--field-map")
-        missing = sorted(p for p in fields.parts if p not in found_parts)
-        required = SAMPLE_TYPES[sample_type][0]
-        if any(all(a.part in missing for a in alts) for f, alts in fields.fields if f in required):
-            raise OptionError(f"--field-map names parts {missing} that no sample has; parts found: {found_parts}")
-    return PrepareReport(
-        shards=len(scans),
-        samples=sum(len(s.keys) for s in scans),
-        parts=found_parts,
-        splits={name: sum(len(s.keys) for s in scans if s.shard in set(lst)) for name, lst in splits.items()},
-    )
-
-
-def metadata_texts(scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any]) -> dict[str, str]:
-    """The text files of ``.nv-meta`` (``.info.json`` last: readers take a dataset as prepared by it)."""
-    from .. import __version__
-
-    info = {"energon_version": f"datareel {__version__}", "shard_counts": {s.shard: len(s.keys) for s in scans}}
-    return {
-        "split.yaml": yaml.safe_dump({"split_parts": splits, "exclude": []}, sort_keys=False),
-        "dataset.yaml": yaml.safe_dump(config, sort_keys=False),
-        "index.uuid": str(uuid.uuid4()),
-        ".info.json": json.dumps(info, indent=2),
-    }
-
-
-def _scan_all(root: Path, shards: list[str], workers: int | None, progress: bool) -> list[ShardScan]:
-    workers = max(1, min(workers or os.cpu_count() or 1, len(shards)))
-    bar = tqdm(total=len(shards), unit="shard", desc="indexing", disable=not progress)
+    for stale in root.glob(f"{META}*{STAGING}*"):  # left by a killed run (we hold the lock: none is running)
+        shutil.rmtree(stale, ignore_errors=True)
+    staged = _staging_dir(root)
+    (staged / "idx").mkdir()  # the shards' index files until every shard is checked
     try:
-        if workers == 1:
-            scans = []
-            for shard in shards:
-                scans.append(scan_shard(root, shard))
-                bar.update()
-            return scans
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(scan_shard, root, shard) for shard in shards]
-            scans = []
-            for future in futures:
-                scans.append(future.result())  # in shard order; re-raises a shard's error
-                bar.update()
-            return scans
-    finally:
-        bar.close()
-
-
-def _write_all(
-    root: Path, scans: list[ShardScan], splits: dict[str, list[str]], config: dict[str, Any], overwrite: bool
-) -> None:
-    tag = f".tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        staged = Path(tempfile.mkdtemp(prefix=".nv-meta", suffix=tag, dir=root))
-    except OSError as exc:
-        raise DatasetError(
-            f"cannot write the dataset's metadata into {root}: {exc.strerror or exc}; `datareel prepare` writes "
-            f"{META}/ and one .idx per shard beside the shards, so it needs write access to {root}"
-        ) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    staged.chmod(0o777 & ~umask)  # mkdtemp makes it private; metadata is as readable as the shards
-    idx_tmp = [(root / f"{scan.shard}.idx{tag}", root / f"{scan.shard}.idx") for scan in scans]
-    try:
-        for (tmp, _), scan in zip(idx_tmp, scans):
-            write_index(tmp, scan.offsets)
-        for name, text in metadata_texts(scans, splits, config).items():
+        with IndexDb(staged / "index.sqlite", str(root)) as db:
+            for scan in scan_in_order(partial(scan_shard, root), shards, workers, progress, processes=True):
+                write_index(staged / "idx" / str(len(db.counts)), scan.offsets)
+                db.add(scan.shard, scan.offsets.tolist(), scan.keys, scan.parts)
+            report = check_report(db, config, sample_type, splits)
+            db.finish()
+        for name, text in metadata_texts(db.counts, splits, config).items():
             (staged / name).write_text(text)
-        write_sqlite(staged / "index.sqlite", scans)
-        for tmp, final in idx_tmp:
-            os.replace(tmp, final)
+        for i, shard in enumerate(db.counts):
+            os.replace(staged / "idx" / str(i), root / f"{shard}.idx")
+        (staged / "idx").rmdir()
         old = root / META
         previous = old if old.exists() else leftover(old)
         if previous is not None:
@@ -298,41 +234,89 @@ def _write_all(
         if previous is not None and previous != old:
             shutil.rmtree(previous)
     except BaseException:
-        for tmp, _ in idx_tmp:
-            tmp.unlink(missing_ok=True)
         shutil.rmtree(staged, ignore_errors=True)
         raise
+    return report
 
 
-def write_sqlite(path: Path, scans: list[ShardScan]) -> None:
-    """Energon's lookup index (samples by key, parts by sample), for its key-based tools."""
-    db = sqlite3.connect(path)
+def check_report(db: IndexDb, config: dict[str, Any], sample_type: str, splits: dict[str, list[str]]) -> PrepareReport:
+    """Refuse a field map naming parts no sample has (duplicate keys were refused as they came); the report."""
+    found_parts = sorted(db.parts)
+    if sample_type != CRUDE:
+        fields = typed_fields(config, "--field-map")
+        missing = sorted(p for p in fields.parts if p not in found_parts)
+        required = SAMPLE_TYPES[sample_type][0]
+        if any(all(a.part in missing for a in alts) for f, alts in fields.fields if f in required):
+            raise OptionError(f"--field-map names parts {missing} that no sample has; parts found: {found_parts}")
+    return PrepareReport(
+        shards=len(db.counts),
+        samples=sum(db.counts.values()),
+        parts=found_parts,
+        splits={name: sum(db.counts[s] for s in lst) for name, lst in splits.items()},
+    )
+
+
+def metadata_texts(counts: dict[str, int], splits: dict[str, list[str]], config: dict[str, Any]) -> dict[str, str]:
+    """The text files of ``.nv-meta`` (``.info.json`` last: readers take a dataset as prepared by it).
+    ``counts``: shard -> samples, in shard order."""
+    from .. import __version__
+
+    info = {"energon_version": f"datareel {__version__}", "shard_counts": counts}
+    return {
+        "split.yaml": yaml.safe_dump({"split_parts": splits, "exclude": []}, sort_keys=False),
+        "dataset.yaml": yaml.safe_dump(config, sort_keys=False),
+        "index.uuid": str(uuid.uuid4()),
+        ".info.json": json.dumps(info, indent=2),
+    }
+
+
+def scan_in_order(
+    scan: Callable[[str], T], shards: list[str], workers: int | None, progress: bool, *, processes: bool
+) -> Iterator[T]:
+    """``scan(shard)`` for every shard, in shard order, ``workers`` at a time (processes or threads), with a
+    progress bar. At most ``2 * workers`` scans are under way or waiting to be taken, so memory holds a
+    few shards' results whatever the dataset size. A shard's error is raised in order; the rest are
+    cancelled."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(shards)))
+    with tqdm(total=len(shards), unit="shard", desc="indexing", disable=not progress) as bar:
+        if workers == 1:
+            for shard in shards:
+                yield scan(shard)
+                bar.update()
+            return
+        pool: Executor = ProcessPoolExecutor(workers) if processes else ThreadPoolExecutor(workers)
+        pending: deque[Future[T]] = deque()
+        todo = iter(shards)
+        try:
+            for shard in itertools.islice(todo, 2 * workers):
+                pending.append(pool.submit(scan, shard))
+            while pending:
+                result = pending.popleft().result()
+                for shard in itertools.islice(todo, 1):
+                    pending.append(pool.submit(scan, shard))
+                yield result
+                bar.update()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+STAGING = ".tmp-"
+"""In the name of a staging directory (``.nv-meta<random>.tmp-<tag>``): removed by the next run if left."""
+
+
+def _staging_dir(root: Path) -> Path:
+    """A new ``.nv-meta*`` directory beside the shards to write the metadata into (renamed when complete)."""
     try:
-        db.executescript(
-            "CREATE TABLE samples (tar_file_id INTEGER NOT NULL, sample_key TEXT NOT NULL UNIQUE,"
-            " sample_index INTEGER NOT NULL, byte_offset INTEGER, byte_size INTEGER);"
-            "CREATE TABLE sample_parts (tar_file_id INTEGER NOT NULL, sample_index INTEGER NOT NULL,"
-            " part_name TEXT NOT NULL, content_byte_offset INTEGER, content_byte_size INTEGER);"
-        )
-        for tar_id, scan in enumerate(scans):
-            offsets = scan.offsets.tolist()
-            db.executemany(
-                "INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
-                ((tar_id, key, i, offsets[i], offsets[i + 1] - offsets[i]) for i, key in enumerate(scan.keys)),
-            )
-            db.executemany(
-                "INSERT INTO sample_parts VALUES (?, ?, ?, ?, ?)",
-                ((tar_id, i, part, off, size) for i, part, off, size in scan.parts),
-            )
-        db.executescript(
-            "CREATE INDEX idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index);"
-            "CREATE INDEX idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset);"
-            "CREATE INDEX idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name,"
-            " content_byte_offset, content_byte_size);"
-        )
-        db.commit()
-    finally:
-        db.close()
+        staged = Path(tempfile.mkdtemp(prefix=META, suffix=f"{STAGING}{uuid.uuid4().hex[:8]}", dir=root))
+    except OSError as exc:
+        raise DatasetError(
+            f"cannot write the dataset's metadata into {root}: {exc.strerror or exc}; `datareel prepare` writes "
+            f"{META}/ and one .idx per shard beside the shards, so it needs write access to {root}"
+        ) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    staged.chmod(0o777 & ~umask)  # mkdtemp makes it private; metadata is as readable as the shards
+    return staged
 
 
 def prepare_jsonl(path: str | os.PathLike) -> int:
@@ -346,39 +330,50 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"JSONL file {path} does not exist")
-    starts: list[int] = []
-    pos = 0
+    count, pos = 0, 0
+    starts = array("Q")  # offsets not yet written to the index file (flushed every CHUNK: memory stays flat)
     sample = bytearray()  # the current sample's range: its line and the blank lines after it
     first = 1  # the current sample's line number
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            text = line.strip()
-            if text:
-                if starts:
-                    _check_jsonl_sample(path, first, bytes(sample))
-                    sample.clear()
-                if not (text.startswith(b"{") and text.endswith(b"}")):
-                    bom = " (it starts with a UTF-8 byte-order mark: save the file without one)"
-                    raise DatasetError(
-                        f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')"
-                        + (bom if line.startswith(codecs.BOM_UTF8) else "")
-                    )
-                starts.append(pos)
-                first = number
-            sample += line
-            pos += len(line)
-    if starts:
-        _check_jsonl_sample(path, first, bytes(sample))
-    if not starts:
-        raise DatasetError(f"{path} holds no JSON lines")
-    starts[0] = 0
     tmp = Path(f"{path}.idx.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        write_index(tmp, np.array(starts + [pos], dtype=np.uint64))
+        with open(path, "rb") as f, open(tmp, "wb") as out:
+            for number, line in enumerate(f, start=1):
+                text = line.strip()
+                if text:
+                    if count:
+                        _check_jsonl_sample(path, first, bytes(sample))
+                        sample.clear()
+                    if not (text.startswith(b"{") and text.endswith(b"}")):
+                        bom = " (it starts with a UTF-8 byte-order mark: save the file without one)"
+                        raise DatasetError(
+                            f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')"
+                            + (bom if line.startswith(codecs.BOM_UTF8) else "")
+                        )
+                    starts.append(pos if count else 0)  # leading blank lines belong to the first sample
+                    count += 1
+                    first = number
+                    if len(starts) == _CHUNK:
+                        _write_offsets(out, starts)
+                sample += line
+                pos += len(line)
+            if not count:
+                raise DatasetError(f"{path} holds no JSON lines")
+            _check_jsonl_sample(path, first, bytes(sample))
+            starts.append(pos)
+            _write_offsets(out, starts)
         os.replace(tmp, Path(f"{path}.idx"))
     finally:
         tmp.unlink(missing_ok=True)
-    return len(starts)
+    return count
+
+
+_CHUNK = 1 << 16
+
+
+def _write_offsets(out: BinaryIO, offsets: array[int]) -> None:
+    """Append ``offsets`` to an index file being written (as :func:`write_index` lays them out), and clear it."""
+    np.frombuffer(offsets, dtype=np.uint64).astype(DTYPE).tofile(out)
+    del offsets[:]
 
 
 def _check_jsonl_sample(path: Path, number: int, blob: bytes) -> None:
