@@ -280,3 +280,57 @@ def test_restore_refuses_changed_blends_naming_the_change():
     datareel.Loader(base, global_batch_size=4, micro_batch_size=1, rank=1, world_size=2, seed=1).load_state_dict(
         _state(base)
     )
+
+
+@st.composite
+def blend_trees(draw, depth=0, finite=False):
+    """A random dataset tree: sources (sizes 1..5000, some not shuffled), weighted and epochized mixes
+    (2..12 children, nested), concats (whose children, like an epochized mix's, have a length)."""
+    inner = ["epochized", "concat"] + ([] if finite else ["mix"])
+    kind = draw(st.sampled_from(["source"] * 2 + (inner if depth < 2 else [])))
+    if kind == "source":
+        n = draw(st.integers(1, 5000))
+        return datareel.from_sequence(range(n), name=f"s{draw(st.integers(0, 10**6))}")
+    children = draw(
+        st.lists(blend_trees(depth=depth + 1, finite=kind != "mix"), min_size=2, max_size=12 if depth == 0 else 4)
+    )
+    if kind == "concat":
+        return datareel.concat(children)
+    if kind == "epochized":
+        return datareel.mix_epochized([(c, draw(st.integers(1, 3))) for c in children])
+    return datareel.mix([(c, draw(st.floats(0.01, 1.0))) for c in children])
+
+
+@given(
+    tree=blend_trees(),
+    seed=st.integers(0, 2**32),
+    shuffle=st.booleans(),
+    start=st.sampled_from([0, 1, 4_999, 123_456, 10**9 + 7, 10**12]),
+    count=st.integers(1, 3000),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_compiled_mix_resolves_every_position_as_its_split_tree(tree, seed, shuffle, start, count):
+    """The vectorised MixNode (all leaves in one pass, nested mixes merged) equals the node-by-node tree it
+    was compiled from, position by position, across epoch boundaries of every source and deep positions."""
+    from unittest import mock
+
+    from datareel.blend import build as build_module
+
+    compiled, leaves = build_plan(tree, seed=seed, shuffle=shuffle)
+    with mock.patch.object(build_module, "_compiled", lambda node: node):
+        reference, _ = build_plan(tree, seed=seed, shuffle=shuffle)
+    positions = np.arange(start, start + count, dtype=np.int64)
+    got, expected = compiled.resolve(positions), reference.resolve(positions)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    assert got[0].dtype == expected[0].dtype and got[1].dtype == expected[1].dtype
+
+
+def test_a_hundred_source_mix_is_one_compiled_node_with_nested_mixes_merged():
+    from datareel.plan.nodes import MixNode
+
+    inner = datareel.mix([(seq(10 + i, f"in{i}"), 1.0) for i in range(3)])
+    blend = datareel.mix([(seq(10 + i, f"s{i}"), 1.0 + i) for i in range(99)] + [(inner, 2.0)])
+    plan, leaves = build_plan(blend, seed=3, shuffle=True)
+    assert isinstance(plan.root, MixNode) and len(leaves) == 102
+    assert len(plan.root.terminals) == 102 and (plan.root.leaf_row >= 0).all()

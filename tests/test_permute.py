@@ -66,3 +66,49 @@ def test_permutation_keys_are_not_additive():
     # seed + epoch collides; keyed derivation must not
     assert not np.array_equal(permutation_keys(1, 0, 2), permutation_keys(2, 0, 1))
     assert not np.array_equal(permutation_keys(0, 1, 0), permutation_keys(0, 0, 1))
+
+
+@st.composite
+def mixed_domains(draw):
+    """Elements of several sources at once: each with its own size (edge sizes included) and round keys."""
+    sizes = draw(
+        st.lists(
+            st.one_of(
+                st.integers(1, 70), st.sampled_from([2**16, 2**16 + 1, 2**20 - 1, 2**33 + 3]), st.integers(1, 2**40)
+            ),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    keys = [permutation_keys(draw(st.integers(0, 2**32)), draw(st.integers(0, 2**63)), e) for e in range(len(sizes))]
+    which = draw(st.lists(st.integers(0, len(sizes) - 1), min_size=1, max_size=200))
+    i = [draw(st.integers(0, sizes[w] - 1)) for w in which]
+    return sizes, keys, which, i
+
+
+@given(mixed_domains())
+@settings(max_examples=200, deadline=None)
+def test_permute_each_equals_permute_element_by_element(domains):
+    from datareel.plan.permute import permute_each
+
+    sizes, keys, which, i = domains
+    n = np.array([sizes[w] for w in which], dtype=np.int64)
+    w = np.array([feistel_width(int(x)) for x in n], dtype=np.uint64)
+    got = permute_each(np.array(i, dtype=np.int64), n, w, np.stack([keys[s] for s in which]))
+    expected = [int(permute(np.array([x]), sizes[s], keys[s])[0]) for x, s in zip(i, which)]
+    assert got.tolist() == expected
+
+
+@given(
+    q=st.lists(st.integers(0, 2**62 - 2**31), min_size=1, max_size=50),
+    shares=st.lists(st.tuples(st.integers(0, 2**30), st.integers(1, 2**30)), min_size=1, max_size=50),
+)
+def test_split_each_equals_split_element_by_element(q, shares):
+    from datareel.plan.split import split, split_each
+
+    a = np.array([min(x, y) for x, y in shares], dtype=np.int64)[np.arange(len(q)) % len(shares)]
+    b = np.array([y for _, y in shares], dtype=np.int64)[np.arange(len(q)) % len(shares)]
+    goes_left, local = split_each(np.array(q, dtype=np.int64), a, b, 2 * (b - a))
+    for e, x in enumerate(q):
+        left, index = split(np.array([x], dtype=np.int64), int(a[e]), int(b[e]))
+        assert (goes_left[e], local[e]) == (left[0], index[0]), (x, a[e], b[e])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..errors import DatareelError, OptionError
-from ..plan.nodes import ConcatNode, LeafNode, Node, ReelPlan, SplitNode
+from ..plan.nodes import ConcatNode, LeafNode, Node, ReelPlan, SplitNode, compile_mix
 from ..plan.rng import name_key
 from ..sources.base import Source
 from .tree import MAX_DENOMINATOR, Blend, Concat, EpochizedMix, Mix, length_of
@@ -40,11 +40,16 @@ def _node(ds: Source | Blend, seed: int, shuffle: bool, leaves: list[Source], pa
     if isinstance(ds, Concat):
         return ConcatNode(children=tuple(nodes), sizes=tuple(length_of(c) for c in ds.children))
     if isinstance(ds, Mix):
-        return _tree(nodes, [Fraction(w) for w in ds.weights], exact=False, where=ds.name)
+        return _compiled(_tree(nodes, [Fraction(w) for w in ds.weights], exact=False, where=ds.name))
     if isinstance(ds, EpochizedMix):
         kept = [(n, c) for n, c in zip(nodes, ds.counts) if c > 0]
-        return _tree([n for n, _ in kept], [Fraction(c) for _, c in kept], exact=True, where=ds.name)
+        return _compiled(_tree([n for n, _ in kept], [Fraction(c) for _, c in kept], exact=True, where=ds.name))
     raise DatareelError(f"unknown blend type {type(ds).__name__}")
+
+
+def _compiled(node: Node) -> Node:
+    """A mix's split tree as one vectorised :class:`~datareel.plan.nodes.MixNode` (nested mixes merged in)."""
+    return compile_mix(node) if isinstance(node, SplitNode) else node
 
 
 def _tree(nodes: list[Node], weights: list[Fraction], *, exact: bool, where: str) -> Node:

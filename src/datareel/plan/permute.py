@@ -37,10 +37,10 @@ def feistel_width(n: int) -> int:
     return max(2, (n - 1).bit_length())
 
 
-def _round(r: np.ndarray, k: np.uint64, mask: np.uint64) -> np.ndarray:
+def _round(r: np.ndarray, k: np.uint64 | np.ndarray, mask: np.uint64 | np.ndarray) -> np.ndarray:
     """Round function: SplitMix64 finaliser of ``r ^ k``, cut to ``mask``.
 
-    r: uint64[k] -> uint64[k] (a new array; ``r`` is not modified).
+    r: uint64[k]; k, mask: uint64 scalars or uint64[k] -> uint64[k] (a new array; ``r`` is not modified).
     """
     z: np.ndarray = np.bitwise_xor(r, k)
     z ^= z >> _S30
@@ -87,4 +87,36 @@ def permute(i: np.ndarray | int, n: int, keys: np.ndarray) -> np.ndarray:
         walked = _encrypt(out[todo], keys, w)
         out[todo] = walked
         todo = todo[walked >= limit]
+    return out.astype(np.int64)
+
+
+def _encrypt_each(x: np.ndarray, keys: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """:func:`_encrypt` with each element's own round keys and width.
+
+    x: uint64[k], keys: uint64[k, ROUNDS], w: uint64[k] -> uint64[k]
+    """
+    one = np.uint64(1)
+    b = w - w // np.uint64(2)  # (k,) bits of the low part in even rounds (of the high part in odd ones)
+    a = w - b  # (k,)
+    shapes = ((b, a, (one << b) - one, (one << a) - one), (a, b, (one << a) - one, (one << b) - one))
+    for r in range(keys.shape[1]):
+        low, high, low_mask, high_mask = shapes[r % 2]
+        lo = x & low_mask
+        x = (lo << high) | ((x >> low) ^ _round(lo, keys[:, r], high_mask))
+    return x
+
+
+def permute_each(i: np.ndarray, n: np.ndarray, w: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``permute(i[e], n[e], keys[e])`` for every element ``e`` at once (many sources and epochs in one pass).
+
+    i: int64[k], each in ``[0, n[e])``; n: int64[k], each >= 1; w: uint64[k], ``feistel_width(n[e])``;
+    keys: uint64[k, ROUNDS] -> int64[k], equal element by element to :func:`permute`.
+    """
+    limit = n.astype(np.uint64)  # (k,)
+    out = _encrypt_each(i.astype(np.uint64), keys, w)  # (k,)
+    todo = np.flatnonzero(out >= limit)  # (k_walk,)
+    while todo.size:
+        walked = _encrypt_each(out[todo], keys[todo], w[todo])
+        out[todo] = walked
+        todo = todo[walked >= limit[todo]]
     return out.astype(np.int64)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_FAST_LIMIT = 1 << 30  # b up to 2^30 keeps 2·r·a + b below 2^62 in int64
+FAST_LIMIT = 1 << 30  # b up to 2^30 keeps 2·r·a + b below 2^62 in int64
 
 
 def left_count(q: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -24,7 +24,7 @@ def left_count(q: np.ndarray, a: int, b: int) -> np.ndarray:
     Writing ``q = t b + r`` keeps the products small: ``t a + floor((2 r a + b) / (2 b))``.
     """
     q = np.asarray(q, dtype=np.int64)
-    if b <= _FAST_LIMIT:
+    if b <= FAST_LIMIT:
         t, r = np.divmod(q, b)  # (k,), (k,)
         out: np.ndarray = t * a + (2 * r * a + b) // (2 * b)
         return out
@@ -36,4 +36,22 @@ def split(q: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """Route local positions: -> (goes_left bool[k], index within the chosen child int64[k])."""
     before = left_count(q, a, b)
     goes_left = left_count(q + 1, a, b) > before
+    return goes_left, np.where(goes_left, before, q - before)
+
+
+def split_each(q: np.ndarray, a: np.ndarray, b: np.ndarray, turn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`split` with each element's own share ``a[e] / b[e]`` (each ``b[e] <= FAST_LIMIT``);
+    ``turn = 2 (b - a)``, precomputed.
+
+    q, a, b, turn: int64[k] -> (goes_left bool[k], index within the chosen child int64[k])
+
+    With ``q = t b + r`` and ``c = 2 r a + b``: ``left_count(q) = t a + c // 2b``, and ``q`` goes left
+    iff ``left_count(q + 1)`` is one more, i.e. iff ``c mod 2b >= 2 (b - a)``.
+    """
+    t = q // b
+    c = 2 * (q - t * b) * a + b  # (k,)
+    b2 = 2 * b
+    f = c // b2
+    goes_left = c - f * b2 >= turn
+    before = t * a + f  # (k,) left_count(q)
     return goes_left, np.where(goes_left, before, q - before)
