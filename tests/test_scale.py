@@ -48,6 +48,16 @@ def test_open_shards_are_bounded_and_the_least_recently_used_is_closed(tmp_path)
 def test_max_open_shards_setting_is_checked(monkeypatch):
     monkeypatch.setenv("DATAREEL_MAX_OPEN_SHARDS", "5")
     assert handles_module.max_open() == 5
+    monkeypatch.delenv("DATAREEL_MAX_OPEN_SHARDS")
+    for soft, expected in (
+        (256, 64),
+        (1024, 256),
+        (40, 16),
+        (1 << 20, 1024),
+        (handles_module.resource.RLIM_INFINITY, 1024),
+    ):
+        monkeypatch.setattr(handles_module.resource, "getrlimit", lambda which, soft=soft: (soft, soft))
+        assert handles_module.max_open() == expected, soft
     for bad in ("0", "many", "-1", "100000"):
         monkeypatch.setenv("DATAREEL_MAX_OPEN_SHARDS", bad)
         with pytest.raises(datareel.OptionError, match=f"DATAREEL_MAX_OPEN_SHARDS='{bad}'"):
@@ -283,3 +293,31 @@ def test_a_killed_prepare_leaves_one_staging_directory_which_the_next_run_remove
     prepare_webdataset(tmp_path, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".nv-meta", "parts"]
     assert len(datareel.open_dataset(tmp_path)) == 15
+
+
+def test_a_small_index_is_read_into_memory_and_a_large_one_mapped(tmp_path, monkeypatch):
+    """Opening a shard again after eviction must stay cheap: a small index is one read (no np.memmap,
+    whose construction resolves the path and cost ~160 µs a shard), and the handle holds one descriptor."""
+    import mmap
+
+    from datareel.sources import index_files
+    from datareel.sources.handles import open_handle
+
+    def owner(array: np.ndarray) -> object:
+        return array.base.obj if isinstance(array.base, memoryview) else array.base
+
+    write_tiny_shards(tmp_path, 1, 3)
+    prepare_webdataset(tmp_path, progress=False)
+    path = str(tmp_path / "parts" / "s00000.tar")
+    before = open_fds()
+    handle = open_handle(path)
+    assert type(handle.index) is np.ndarray and isinstance(owner(handle.index), bytes)
+    assert open_fds() == before + 1 and handle.index.tolist()[0] == 0 and len(handle.index) == 4
+    handle.close()
+    monkeypatch.setattr(index_files, "MAP_FROM", 8)
+    handle = open_handle(path)
+    assert isinstance(owner(handle.index), mmap.mmap) and not handle.index.flags.writeable
+    expected = np.fromfile(f"{path}.idx", dtype="<u8")
+    np.testing.assert_array_equal(handle.index, expected)
+    handle.close()
+    assert open_fds() <= before + 1  # the map's own descriptor goes with the array

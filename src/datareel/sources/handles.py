@@ -2,9 +2,10 @@
 
 A global shuffle touches every shard, so a reader that kept each shard it touched open would run
 out of descriptors on a dataset of a few thousand shards under an ordinary ``ulimit -n``.  Sources
-instead ask :func:`handles` for a shard's handle (its open file and mapped index, made on first use
-by the source's own ``opener``); at most ``DATAREEL_MAX_OPEN_SHARDS`` (default 64) stay open per
-process, across all sources, and the least recently used one is closed to make room.  Each process
+instead ask :func:`handles` for a shard's handle (its open file and its index, made on first use
+by the source's own ``opener``); at most ``DATAREEL_MAX_OPEN_SHARDS`` (default: a quarter of
+``ulimit -n``, 16 to 1,024; see :func:`max_open`) stay open per process, across all sources, and the
+least recently used one is closed to make room.  Each process
 (a DataLoader worker after fork) has its own set; handles inherited from the parent are closed in
 the child, never used.
 """
@@ -12,11 +13,11 @@ the child, never used.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from .index_files import read_index
 
 @dataclass
 class Handle:
-    """One open shard or JSONL file: its descriptor and its offsets (a read-only map)."""
+    """One open shard or JSONL file: its descriptor and its offsets (read-only; mapped for a large index)."""
 
     fd: int
     index: np.ndarray  # uint64[count + 1]
@@ -46,7 +47,7 @@ def open_handle(path: str, check: Callable[[int, np.ndarray], None] | None = Non
     then, as on any failure)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        index = read_index(Path(f"{path}.idx"))
+        index = read_index(f"{path}.idx")
         if check is not None:
             check(fd, index)
     except BaseException:
@@ -56,12 +57,18 @@ def open_handle(path: str, check: Callable[[int, np.ndarray], None] | None = Non
 
 
 def max_open() -> int:
-    """Shards one process keeps open at a time: ``DATAREEL_MAX_OPEN_SHARDS`` (default 64)."""
-    value = os.environ.get("DATAREEL_MAX_OPEN_SHARDS", "64")
+    """Shards one process keeps open at a time: ``DATAREEL_MAX_OPEN_SHARDS``, by default a quarter of the
+    process's descriptor limit (``ulimit -n``), at least 16 and at most 1,024: 64 under ``ulimit -n 256``,
+    256 under the common 1,024. A shard opened again after eviction costs a few system calls per read,
+    so the set should hold the shards a shuffle touches where the limit allows."""
+    value = os.environ.get("DATAREEL_MAX_OPEN_SHARDS")
+    if value is None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return 1024 if soft == resource.RLIM_INFINITY else max(16, min(1024, soft // 4))
     if not value.isdigit() or not 1 <= int(value) <= 65536:
         raise OptionError(
             f"DATAREEL_MAX_OPEN_SHARDS={value!r} must be a whole number from 1 to 65536 (shards each reading "
-            f"process keeps open; each holds 2 descriptors)"
+            f"process keeps open; each holds 1 descriptor, 2 where its index is mapped)"
         )
     return int(value)
 

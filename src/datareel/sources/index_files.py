@@ -8,6 +8,7 @@ sample ends.  Sample ``i`` is the byte range ``[idx[i], idx[i+1])``.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,26 +21,39 @@ from ..storage.path import RemotePath
 DTYPE = np.dtype("<u8")
 
 
-def read_index(path: Path | RemotePath) -> np.ndarray:
-    """Memory-map an index file (a remote one is fetched whole, once). -> uint64[count + 1] (read-only)."""
+MAP_FROM = 1 << 20
+"""Index files from this size (shards of 131,072+ samples) are memory-mapped; smaller ones are read whole
+(cheaper to open: a shard evicted from the open set and opened again pays this each time)."""
+
+
+def read_index(path: Path | RemotePath | str) -> np.ndarray:
+    """An index file's offsets (a remote one is fetched whole, once; a large local one is mapped).
+    -> uint64[count + 1] (read-only)"""
     if isinstance(path, RemotePath):
-        data = path.read_bytes()
-        if len(data) < DTYPE.itemsize or len(data) % DTYPE.itemsize:
-            raise DatasetError(
-                f"index file {path} has {len(data)} bytes, not a whole number (>= 1) of 8-byte offsets; it is "
-                f"damaged: re-run `datareel prepare`"
-            )
-        return np.frombuffer(data, dtype=DTYPE)
+        return _offsets(path.read_bytes(), path)
     try:
-        size = os.path.getsize(path)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise DatasetError(f"index file {path} is missing; run `datareel prepare` on the dataset to write it") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < MAP_FROM:
+            return _offsets(os.pread(fd, size, 0), path)
+        _offsets(b"", path, size)  # the size check
+        return np.frombuffer(mmap.mmap(fd, size, prot=mmap.PROT_READ), dtype=DTYPE)
+    finally:
+        os.close(fd)
+
+
+def _offsets(data: bytes, path: object, size: int | None = None) -> np.ndarray:
+    """``data`` as offsets, refused unless it is a whole number (>= 1) of them (``size``: check only)."""
+    size = len(data) if size is None else size
     if size < DTYPE.itemsize or size % DTYPE.itemsize:
         raise DatasetError(
             f"index file {path} has {size} bytes, not a whole number (>= 1) of 8-byte offsets; it is "
             f"damaged: re-run `datareel prepare`"
         )
-    return np.memmap(path, dtype=DTYPE, mode="r")
+    return np.frombuffer(data, dtype=DTYPE)
 
 
 def write_index(path: Path, offsets: np.ndarray) -> None:
