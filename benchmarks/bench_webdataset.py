@@ -7,13 +7,16 @@ both).  Shuffle on, micro-batch 32, ``num_workers`` 0 and 2.  Energon:
 ``get_savable_loader``, a crude dataset with a pass-through cooker.  Each
 repeat builds a fresh loader, takes one warm-up batch (worker start-up is not
 counted), then times ``--batches`` batches.  Figures: samples/s, median
-(min–max) over ``--repeats`` repeats, loaders measured alternately.
+(min–max) over ``--repeats`` repeats, loaders measured alternately.  Beside them,
+:class:`Probe`, the near-limit baseline issue 14 names: a bare loop of
+``os.pread`` and tar-header parsing over the same data, shuffled, in one process.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import statistics
 import subprocess
@@ -83,6 +86,36 @@ def energon_loader(root: Path, workers: int):
     return get_savable_loader(dataset)
 
 
+class Probe:
+    """The near-limit baseline: one Python loop of ``os.pread`` and a minimal tar header parse (name, size)
+    over the same data in a shuffled order, 32 samples (dicts of part -> bytes) per batch."""
+
+    def __init__(self, root: Path, workers: int):
+        import numpy as np
+
+        ranges = []
+        for shard in sorted(root.glob("*.tar")):
+            fd = os.open(shard, os.O_RDONLY)
+            idx = np.fromfile(f"{shard}.idx", dtype="<u8").tolist()
+            ranges += [(fd, a, b - a) for a, b in zip(idx, idx[1:])]
+        order = np.random.default_rng(1).permutation(len(ranges)).tolist()
+        self.ranges = [ranges[i] for i in order]
+
+    def __iter__(self):
+        batch = []
+        for fd, start, size in itertools.cycle(self.ranges):
+            blob, pos, sample = os.pread(fd, size, start), 0, {}
+            while pos + 512 <= len(blob):
+                name = blob[pos : pos + 100].split(b"\0", 1)[0].decode()
+                length = int(blob[pos + 124 : pos + 136].split(b"\0", 1)[0] or b"0", 8)
+                sample[name.partition(".")[2]] = blob[pos + 512 : pos + 512 + length]
+                pos += 512 + (length + 511) // 512 * 512
+            batch.append(sample)
+            if len(batch) == 32:
+                yield batch
+                batch = []
+
+
 def rate(make, root: Path, workers: int, batches: int) -> float:
     loader = make(root, workers)
     it = iter(loader)
@@ -106,17 +139,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="datareel-bench-wds-") as tmp:
         root = Path(tmp)
         build(root)
-        print("| num_workers | datareel samples/s | Energon samples/s | ratio of medians |")
-        print("|---|---|---|---|")
+        print(
+            "| num_workers | datareel samples/s | Energon samples/s | ratio of medians "
+            "| pread probe samples/s (one process) | datareel / probe |"
+        )
+        print("|---|---|---|---|---|---|")
         for workers in (0, 2):
-            ours, theirs = [], []
+            ours, theirs, probe = [], [], []
             for _ in range(args.repeats):
                 ours.append(rate(datareel_loader, root, workers, args.batches))
                 theirs.append(rate(energon_loader, root, workers, args.batches))
+                probe.append(rate(Probe, root, 0, args.batches))
             fmt = lambda v: f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"  # noqa: E731
             print(
                 f"| {workers} | {fmt(ours)} | {fmt(theirs)} "
-                f"| {statistics.median(ours) / statistics.median(theirs):.2f} |",
+                f"| {statistics.median(ours) / statistics.median(theirs):.2f} "
+                f"| {fmt(probe)} | {statistics.median(ours) / statistics.median(probe):.2f} |",
                 flush=True,
             )
 
