@@ -297,7 +297,8 @@ def test_a_killed_prepare_leaves_one_staging_directory_which_the_next_run_remove
 
 def test_a_small_index_is_read_into_memory_and_a_large_one_mapped(tmp_path, monkeypatch):
     """Opening a shard again after eviction must stay cheap: a small index is one read (no np.memmap,
-    whose construction resolves the path and cost ~160 µs a shard), and the handle holds one descriptor."""
+    whose construction resolves the path and cost ~160 µs a shard), and the handle holds one descriptor;
+    a large index is mapped, and its descriptor goes when the handle is closed."""
     import mmap
 
     from datareel.sources import index_files
@@ -320,4 +321,31 @@ def test_a_small_index_is_read_into_memory_and_a_large_one_mapped(tmp_path, monk
     expected = np.fromfile(f"{path}.idx", dtype="<u8")
     np.testing.assert_array_equal(handle.index, expected)
     handle.close()
-    assert open_fds() <= before + 1  # the map's own descriptor goes with the array
+    assert open_fds() == before  # the map's own descriptor went with the array
+
+
+def test_staging_directories_of_live_or_foreign_runs_are_left_and_unwritable_shard_folders_refused(
+    tmp_path, monkeypatch
+):
+    """A staging directory is removed only when its owner is a gone process on this host (a directory lock
+    is per node on some cluster filesystems, so another node's run may be alive); a shard folder the
+    index cannot be renamed into is refused before the scan, leaving nothing behind."""
+    import socket
+
+    write_template_shards(tmp_path, 2, 3)
+    foreign = tmp_path / ".nv-meta1234.tmp-aaaaaaaa"
+    live = tmp_path / ".nv-meta5678.tmp-bbbbbbbb"
+    for folder, owner in ((foreign, "another-node 1"), (live, f"{socket.gethostname()} {os.getpid()}")):
+        folder.mkdir()
+        (folder / "owner").write_text(owner)
+    prepare_webdataset(tmp_path, progress=False)
+    assert foreign.exists() and live.exists() and len(datareel.open_dataset(tmp_path)) == 6
+
+    (tmp_path / "more").mkdir()
+    write_template_shards(tmp_path / "more", 1, 2)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).endswith("more/parts") else real_access(p, mode))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(datareel.DatasetError, match=r"cannot write the shard indices into .*more/parts"):
+        prepare_webdataset(tmp_path, progress=False, overwrite=True)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

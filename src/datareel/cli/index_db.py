@@ -9,6 +9,7 @@ metadata directory, so it becomes visible only with the rest of the metadata.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class IndexDb:
         self.counts: dict[str, int] = {}  # shard -> samples, in shard order
         self.parts: set[str] = set()
         self._shards: list[str] = []
+        self._path = path
         self._db = sqlite3.connect(path)
         # a staged file renamed into place when complete: no journal or syncs needed while building
         self._db.executescript(f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-{CACHE_KIB};")
@@ -86,6 +88,11 @@ class IndexDb:
                 )
 
     def finish(self) -> None:
-        """Build the lookup indices and commit."""
+        """Build the lookup indices, commit, and flush the file to disk (it was built without syncs)."""
         self._db.executescript(_INDICES)
         self._db.commit()
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

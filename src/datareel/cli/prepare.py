@@ -10,7 +10,9 @@ duplicate-key check), so memory holds a few shards' scans whatever the dataset
 size.  Nothing becomes visible until every shard has been scanned and checked
 (duplicate keys, sample type, field map): the files are then renamed into place,
 so a failure leaves no half-written metadata (a killed run leaves only its
-staging directory, which the next run removes).  ``--overwrite`` swaps the new
+staging directory, which a later run on the same host removes once the killed
+process is gone; a kill during the final renames, a few milliseconds, can leave
+some new ``.idx`` files beside the old metadata, as before streaming).  ``--overwrite`` swaps the new
 ``.nv-meta`` in atomically (:mod:`.atomic`), keeping a length index, and two
 runs on one directory do not interleave: the second is refused at once.
 """
@@ -22,6 +24,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from array import array
@@ -206,8 +209,10 @@ def _prepare_locked(
     config = dataset_yaml(sample_type, field_map)
     splits = split_shards(shards, parse_split_ratio(split_ratio))
 
-    for stale in root.glob(f"{META}*{STAGING}*"):  # left by a killed run (we hold the lock: none is running)
-        shutil.rmtree(stale, ignore_errors=True)
+    _check_writable(root, shards)
+    for stale in root.glob(f"{META}*{STAGING}*"):  # left by a killed run
+        if _dead_owner(stale):
+            shutil.rmtree(stale, ignore_errors=True)
     staged = _staging_dir(root)
     (staged / "idx").mkdir()  # the shards' index files until every shard is checked
     try:
@@ -222,6 +227,7 @@ def _prepare_locked(
         for i, shard in enumerate(db.counts):
             os.replace(staged / "idx" / str(i), root / f"{shard}.idx")
         (staged / "idx").rmdir()
+        (staged / OWNER).unlink()
         old = root / META
         previous = old if old.exists() else leftover(old)
         if previous is not None:
@@ -301,7 +307,47 @@ def scan_in_order(
 
 
 STAGING = ".tmp-"
-"""In the name of a staging directory (``.nv-meta<random>.tmp-<tag>``): removed by the next run if left."""
+"""In the name of a staging directory (``.nv-meta<random>.tmp-<tag>``): removed by a later run once the
+process that made it (named in its ``owner`` file) is gone."""
+OWNER = "owner"
+
+
+def _dead_owner(staged: Path) -> bool:
+    """Whether the run that made staging directory ``staged`` is gone: its ``owner`` file names this host
+    and a process that no longer exists. (Directory locks are per node on some cluster filesystems, so
+    another node's run is never assumed dead.)"""
+    try:
+        host, pid = (staged / OWNER).read_text().split()
+    except (OSError, ValueError):
+        return False  # no owner recorded (or not ours to judge): left for a person to remove
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False
+
+
+def _check_writable(root: Path, shards: list[str]) -> None:
+    """Every shard's directory takes its ``.idx`` by a rename from the staging directory: refuse, before the
+    long scan, a directory that is read-only or on another filesystem than ``root`` (the rename would fail
+    half way)."""
+    device = os.stat(root).st_dev
+    for folder in sorted({(root / shard).parent for shard in shards}):
+        if os.stat(folder).st_dev != device:
+            raise DatasetError(
+                f"shard directory {folder} is on another filesystem than {root}; `datareel prepare` writes each "
+                f"shard's index beside it by renaming it from {root}: prepare that directory on its own, or "
+                f"move it under {root}"
+            )
+        if not os.access(folder, os.W_OK):
+            raise DatasetError(
+                f"cannot write the shard indices into {folder} (no write permission); `datareel prepare` "
+                f"writes one .idx beside each shard: make it writable, or prepare a writable copy"
+            )
 
 
 def _staging_dir(root: Path) -> Path:
@@ -316,6 +362,7 @@ def _staging_dir(root: Path) -> Path:
     umask = os.umask(0)
     os.umask(umask)
     staged.chmod(0o777 & ~umask)  # mkdtemp makes it private; metadata is as readable as the shards
+    (staged / OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
     return staged
 
 

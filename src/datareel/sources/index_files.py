@@ -21,9 +21,10 @@ from ..storage.path import RemotePath
 DTYPE = np.dtype("<u8")
 
 
-MAP_FROM = 1 << 20
-"""Index files from this size (shards of 131,072+ samples) are memory-mapped; smaller ones are read whole
-(cheaper to open: a shard evicted from the open set and opened again pays this each time)."""
+MAP_FROM = 1 << 16
+"""Index files of this size and more (shards of 8,191+ samples) are memory-mapped (shared, reclaimable
+pages; one more descriptor); smaller ones are read whole (cheaper to open: a shard evicted from the open
+set and opened again pays this each time), at most 64 KiB per open shard."""
 
 
 def read_index(path: Path | RemotePath | str) -> np.ndarray:
@@ -38,7 +39,13 @@ def read_index(path: Path | RemotePath | str) -> np.ndarray:
     try:
         size = os.fstat(fd).st_size
         if size < MAP_FROM:
-            return _offsets(os.pread(fd, size, 0), path)
+            data = b""
+            while len(data) < size:  # a regular file reads whole; loop anyway rather than trust it
+                chunk = os.pread(fd, size - len(data), len(data))
+                if not chunk:
+                    break
+                data += chunk
+            return _offsets(data, path, size if len(data) == size else -1)
         _offsets(b"", path, size)  # the size check
         return np.frombuffer(mmap.mmap(fd, size, prot=mmap.PROT_READ), dtype=DTYPE)
     finally:
@@ -46,8 +53,11 @@ def read_index(path: Path | RemotePath | str) -> np.ndarray:
 
 
 def _offsets(data: bytes, path: object, size: int | None = None) -> np.ndarray:
-    """``data`` as offsets, refused unless it is a whole number (>= 1) of them (``size``: check only)."""
+    """``data`` as offsets, refused unless it is a whole number (>= 1) of them (``size``: the file's size;
+    -1 where it could not be read whole)."""
     size = len(data) if size is None else size
+    if size == -1:
+        raise DatasetError(f"index file {path} shrank while it was read; re-run `datareel prepare` if it is damaged")
     if size < DTYPE.itemsize or size % DTYPE.itemsize:
         raise DatasetError(
             f"index file {path} has {size} bytes, not a whole number (>= 1) of 8-byte offsets; it is "
