@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from _timing import summary
 from wds_helpers import ENERGON, write_template_shards
 
 WRAPPER = r"""
@@ -43,10 +43,6 @@ def measure(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     if int(code) or out.returncode:
         raise SystemExit(f"{command} failed:\n{out.stderr[-3000:]}")
     return float(wall), float(rss)
-
-
-def fmt(values: list[float], spec: str) -> str:
-    return f"{spec.format(statistics.median(values))} ({spec.format(min(values))}–{spec.format(max(values))})"
 
 
 def main() -> None:
@@ -85,7 +81,8 @@ def main() -> None:
             for which, values in runs.items():
                 walls, rsss = [v[0] for v in values], [v[1] for v in values]
                 print(
-                    f"| {samples:,} | {shards:,} | {which} | {fmt(walls, '{:,.1f}')} | {fmt(rsss, '{:,.0f}')} |",
+                    f"| {samples:,} | {shards:,} | {which} | {summary(walls, fmt='{:,.1f}')} "
+                    f"| {summary(rsss, fmt='{:,.0f}')} |",
                     flush=True,
                 )
 

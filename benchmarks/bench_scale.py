@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from _timing import summary
 from wds_helpers import write_template_shards, write_tiny_shards
 
 CHILD = r"""
@@ -108,7 +109,7 @@ def run(which: str, root: Path, batches: int, workers: int = 0, state: str = "-"
 
 
 def fmt(values: list[float], spec: str = "{:,.3f}") -> str:
-    return f"{spec.format(statistics.median(values))} ({spec.format(min(values))}–{spec.format(max(values))})"
+    return summary(values, fmt=spec)
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from tqdm import tqdm
 from ..errors import DatasetError, OptionError
 from ..sources.energon_meta import META
 from ..sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
-from ..sources.index_files import DTYPE, write_index
+from ..sources.index_files import write_index
 from ..sources.tarparse import BLOCK, scan_tar
 from .atomic import leftover, locked, swap_in
 from .index_db import IndexDb
@@ -418,8 +418,8 @@ _CHUNK = 1 << 16
 
 
 def _write_offsets(out: BinaryIO, offsets: array[int]) -> None:
-    """Append ``offsets`` to an index file being written (as :func:`write_index` lays them out), and clear it."""
-    np.frombuffer(offsets, dtype=np.uint64).astype(DTYPE).tofile(out)
+    """Append ``offsets`` to an index file being written, and clear it."""
+    write_index(out, np.frombuffer(offsets, dtype=np.uint64))
     del offsets[:]
 
 

@@ -43,8 +43,8 @@ class Handle:
 
 
 def open_handle(path: str, check: Callable[[int, np.ndarray], None] | None = None) -> Handle:
-    """Open ``path`` and map its ``.idx``; ``check(fd, index)`` may refuse them (the descriptor is closed
-    then, as on any failure)."""
+    """Open ``path`` and read its ``.idx`` (:func:`read_index`); ``check(fd, index)`` may refuse them (the
+    descriptor is closed then, as on any failure)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         index = read_index(f"{path}.idx")

@@ -12,6 +12,7 @@ import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -31,43 +32,43 @@ def read_index(path: Path | RemotePath | str) -> np.ndarray:
     """An index file's offsets (a remote one is fetched whole, once; a large local one is mapped).
     -> uint64[count + 1] (read-only)"""
     if isinstance(path, RemotePath):
-        return _offsets(path.read_bytes(), path)
+        data = path.read_bytes()
+        _check_size(len(data), path)
+        return np.frombuffer(data, dtype=DTYPE)
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise DatasetError(f"index file {path} is missing; run `datareel prepare` on the dataset to write it") from None
     try:
         size = os.fstat(fd).st_size
-        if size < MAP_FROM:
-            data = b""
-            while len(data) < size:  # a regular file reads whole; loop anyway rather than trust it
-                chunk = os.pread(fd, size - len(data), len(data))
-                if not chunk:
-                    break
-                data += chunk
-            return _offsets(data, path, size if len(data) == size else -1)
-        _offsets(b"", path, size)  # the size check
-        return np.frombuffer(mmap.mmap(fd, size, prot=mmap.PROT_READ), dtype=DTYPE)
+        _check_size(size, path)
+        if size >= MAP_FROM:
+            return np.frombuffer(mmap.mmap(fd, size, prot=mmap.PROT_READ), dtype=DTYPE)
+        data = b""
+        while len(data) < size:  # a regular file reads whole; loop anyway rather than trust it
+            chunk = os.pread(fd, size - len(data), len(data))
+            if not chunk:
+                raise DatasetError(
+                    f"index file {path} shrank while it was read; re-run `datareel prepare` if it is damaged"
+                )
+            data += chunk
+        return np.frombuffer(data, dtype=DTYPE)
     finally:
         os.close(fd)
 
 
-def _offsets(data: bytes, path: object, size: int | None = None) -> np.ndarray:
-    """``data`` as offsets, refused unless it is a whole number (>= 1) of them (``size``: the file's size;
-    -1 where it could not be read whole)."""
-    size = len(data) if size is None else size
-    if size == -1:
-        raise DatasetError(f"index file {path} shrank while it was read; re-run `datareel prepare` if it is damaged")
+def _check_size(size: int, path: object) -> None:
+    """Refuse an index file that is not a whole number (>= 1) of 8-byte offsets."""
     if size < DTYPE.itemsize or size % DTYPE.itemsize:
         raise DatasetError(
             f"index file {path} has {size} bytes, not a whole number (>= 1) of 8-byte offsets; it is "
             f"damaged: re-run `datareel prepare`"
         )
-    return np.frombuffer(data, dtype=DTYPE)
 
 
-def write_index(path: Path, offsets: np.ndarray) -> None:
-    """Write ``offsets`` (uint64[count + 1]) to ``path`` (the caller renames it into place)."""
+def write_index(path: Path | BinaryIO, offsets: np.ndarray) -> None:
+    """Write ``offsets`` (uint64[count + 1]) to ``path`` (the caller renames it into place), or append
+    them to a file being written."""
     np.asarray(offsets, dtype=DTYPE).tofile(path)
 
 
