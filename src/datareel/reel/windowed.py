@@ -283,9 +283,6 @@ def _shutdown_planning_pools() -> None:
         with contextlib.suppress(Exception):
             if process.is_alive():
                 process.terminate()
-                process.join(timeout=1)
-            if process.is_alive():  # SIGTERM handled or ignored (a handler inherited by fork): plans are pure
-                process.kill()
                 process.join(timeout=5)
 
 
