@@ -390,20 +390,3 @@ def test_a_stuck_planning_process_is_stopped_and_the_window_planned_inline(caplo
     assert sum("gave no plan for window 0 within 2 s" in r.getMessage() for r in caplog.records) == 1
     with pytest.raises(OptionError, match="plan_timeout=0"):
         WindowedStage(plan_timeout=0)
-
-
-def test_planning_processes_are_stopped_at_exit_even_when_their_pool_is_no_longer_tracked():
-    """A pool shut down without waiting (or collected with its reel) leaves the tracked pools while its
-    process may still wait for work; the exit hook must stop that process, or the interpreter's final join
-    of child processes waits forever (the intermittent 4-rank Megatron-client hang in CI)."""
-    from datareel.reel import windowed
-
-    common = dict(global_batch_size=4, micro_batch_size=2, world_size=1, seed=4, task_encoder=Knapsack())
-    loader = datareel.Loader(records(60), stage=WindowedStage(window=9, pack=True), **common)
-    next(iter(loader))  # starts the planning process
-    processes = [p for p in list(windowed._PLANNING_PROCESSES) if p.is_alive()]
-    assert processes, "background planning started no tracked process"
-    windowed._LIVE_EXECUTORS.clear()  # as if its pool were gone: only the process record is left
-    windowed._shutdown_planning_pools()
-    assert not any(p.is_alive() for p in processes)
-    loader.close()

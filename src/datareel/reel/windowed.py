@@ -225,9 +225,7 @@ class WindowedReel(PackedReel):
             )
             weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
             _LIVE_EXECUTORS.add(self._executor)
-        future = self._executor.submit(_plan_installed, w, *self._window_positions(w))
-        _PLANNING_PROCESSES.update(getattr(self._executor, "_processes", {}).values())  # started by submit
-        return future
+        return self._executor.submit(_plan_installed, w, *self._window_positions(w))
 
     def _warn_if_slow(self) -> None:
         elapsed = time.perf_counter() - (self._since or 0.0)
@@ -265,11 +263,6 @@ class WindowedReel(PackedReel):
 # script at exit (so did a plain shutdown(wait=True)). threading's exit hooks run in reverse order of
 # registration, so this one, registered after concurrent.futures', runs first.
 _LIVE_EXECUTORS: weakref.WeakSet[concurrent.futures.ProcessPoolExecutor] = weakref.WeakSet()
-# The planning processes themselves: a pool shut down without waiting (close(), or its reel collected)
-# leaves the set above while its process may still be waiting for the shutdown message, and the
-# interpreter's final join of child processes then waits on it forever (seen once in CI, a 4-rank
-# Megatron-client run, after concurrent.futures' exit hook failed with "Bad file descriptor").
-_PLANNING_PROCESSES: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _shutdown_planning_pools() -> None:
@@ -277,11 +270,11 @@ def _shutdown_planning_pools() -> None:
     pure, so terminating the process loses nothing, and a terminated child is one the interpreter's
     final join of child processes cannot wait on forever."""
     for executor in list(_LIVE_EXECUTORS):
+        processes = list(getattr(executor, "_processes", {}).values())
         with contextlib.suppress(Exception):
             executor.shutdown(wait=False, cancel_futures=True)
-    for process in list(_PLANNING_PROCESSES):  # those of pools already shut down too
-        with contextlib.suppress(Exception):
-            if process.is_alive():
+        for process in processes:
+            with contextlib.suppress(Exception):
                 process.terminate()
                 process.join(timeout=5)
 
@@ -291,7 +284,6 @@ def _forget_parent_pools() -> None:
     here: at the child's exit, concurrent.futures would join those threads (their copied locks are held)
     and hang the worker; the child owns none of them, so forget them."""
     _LIVE_EXECUTORS.clear()
-    _PLANNING_PROCESSES.clear()
     getattr(concurrent.futures.process, "_threads_wakeups", {}).clear()
 
 
