@@ -51,6 +51,17 @@ class Pack:
     outputs: np.ndarray | None = None  # int64[j]: which output of each position's encoder (windowed stage)
 
 
+def window_inputs(
+    plan: ReelPlan, size: int, pass_length: int | None, w: int, *, whole: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Window ``w``'s input positions, leaves and indices for windows of ``size`` positions: int64[k], int32[k],
+    int64[k] (cut at the end of a finite pass of ``pass_length`` unless ``whole``)."""
+    stop = (w + 1) * size if pass_length is None or whole else min((w + 1) * size, pass_length)
+    positions = np.arange(w * size, stop, dtype=np.int64)
+    leaf, index = plan.resolve(positions)
+    return positions, leaf, index
+
+
 class PackedReel:
     """Plans windows on demand (a few cached) and streams micro-steps of packs from any cursor.
 
@@ -142,11 +153,7 @@ class PackedReel:
     def _window_positions(self, w: int, *, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Window ``w``'s input positions, leaves and indices: int64[k], int32[k], int64[k] (cut at the end of a
         finite pass unless ``whole``)."""
-        size = self.window_size
-        stop = (w + 1) * size if self.pass_length is None or whole else min((w + 1) * size, self.pass_length)
-        positions = np.arange(w * size, stop, dtype=np.int64)
-        leaf, index = self.plan.resolve(positions)
-        return positions, leaf, index
+        return window_inputs(self.plan, self.window_size, self.pass_length, w, whole=whole)
 
     def _inputs(self, w: int, *, whole: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Window ``w``'s input positions, leaves, indices and lengths: int64[k], int32[k], int64[k], int64[k]."""

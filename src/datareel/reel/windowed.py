@@ -16,27 +16,21 @@ planning process per loader, a few windows ahead of the training thread.
 
 from __future__ import annotations
 
-import concurrent.futures
-import concurrent.futures.process  # registers its exit hook now, so ours (below) runs before it
-import contextlib
+import functools
 import logging
-import multiprocessing
-import os
-import threading
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from ..errors import DatareelError, OptionError, check_int
 from ..plan.nodes import ReelPlan
 from ..sources.base import Source
 from .base import Descriptor
-from .packed import CACHED_WINDOWS, Pack, PackedReel
+from .packed import CACHED_WINDOWS, Pack, PackedReel, window_inputs
+from .planning import PlanningProcess, PlanningProcessDied
 
 log = logging.getLogger("datareel")
 AHEAD = 2
@@ -104,21 +98,6 @@ class WindowPlanner(Protocol):
         ...
 
 
-_installed: WindowPlanner | None = None  # the planner of this planning process
-
-
-def _install(planner: WindowPlanner) -> None:
-    global _installed
-    _installed = planner
-    torch.set_num_threads(1)  # as in DataLoader workers: an OpenMP pool inherited through fork must not be used
-
-
-def _plan_installed(window: int, positions: np.ndarray, source_ids: np.ndarray, indices: np.ndarray) -> WindowPlan:
-    if _installed is None:
-        raise DatareelError("internal: the planning process has no planner; please report this")
-    return _installed(window, positions, source_ids, indices)
-
-
 class WindowedReel(PackedReel):
     """The stage's reel: :class:`~.packed.PackedReel`'s streaming over windows planned by ``planner``."""
 
@@ -138,8 +117,7 @@ class WindowedReel(PackedReel):
         self._reported: set[int] = set()
         self._packs_in_pass: int | None = None
         self._context = multiprocessing_context
-        self._executor: concurrent.futures.ProcessPoolExecutor | None = None
-        self._futures: dict[int, concurrent.futures.Future[WindowPlan]] = {}
+        self._process: PlanningProcess | None = None
         self._planning = 0.0  # seconds spent planning (in the planner)
         self._since: float | None = None  # when this reel first waited for a plan
         self._warned = False
@@ -151,16 +129,11 @@ class WindowedReel(PackedReel):
         plan windows besides the cursor's)."""
         return {"stage": {"window": self.window_size, "pack": self.stage.pack, **self.planner.fingerprint()}}
 
-    def close(self, terminate: bool = False) -> None:
-        """Stop the planning process (a later window starts a new one); ``terminate``: also a stuck one."""
-        executor, self._executor, self._futures = self._executor, None, {}
-        if executor is None:
-            return
-        processes = list(getattr(executor, "_processes", {}).values())  # the pool's own record of its process
-        executor.shutdown(wait=False, cancel_futures=True)
-        if terminate:
-            for process in processes:
-                process.terminate()
+    def close(self) -> None:
+        """Stop the planning process (a later window starts a new one)."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.close()
 
     # -- windows ----------------------------------------------------------------------------------
     def window(self, w: int) -> list[Pack]:
@@ -185,16 +158,19 @@ class WindowedReel(PackedReel):
         if not self.stage.background or self._inline:
             plan = self.planner(w, *self._window_positions(w))
         else:
-            future = self._futures.pop(w, None) or self._submit(w)
+            if self._process is None:
+                inputs = functools.partial(window_inputs, self.plan, self.window_size, self.pass_length)
+                self._process = PlanningProcess(self.planner, inputs, self._context)
+            process = self._process
             last = self.windows()
-            for ahead in range(w + 1, w + 1 + AHEAD):
-                if (last is None or ahead < last) and ahead not in self._futures:
-                    self._futures[ahead] = self._submit(ahead)
-            for stale in [v for v in self._futures if v < w or v > w + AHEAD]:
-                self._futures.pop(stale).cancel()
+            for v in process.asked() - set(range(w, w + 1 + AHEAD)):
+                process.drop(v)
+            for v in range(w, w + 1 + AHEAD):
+                if last is None or v < last:
+                    process.ask(v)
             try:
-                plan = future.result(timeout=self.stage.plan_timeout)
-            except concurrent.futures.TimeoutError:
+                plan = process.result(w, self.stage.plan_timeout)
+            except TimeoutError:
                 # plans are pure: planning here gives the same items, so a stuck planning process costs time only
                 log.warning(
                     "the planning process gave no plan for window %d within %.0f s (WindowedStage.plan_timeout); "
@@ -202,30 +178,18 @@ class WindowedReel(PackedReel):
                     w,
                     self.stage.plan_timeout,
                 )
-                self.close(terminate=True)
+                self.close()
                 self._inline = True
                 plan = self.planner(w, *self._window_positions(w))
-            except concurrent.futures.process.BrokenProcessPool as exc:
+            except PlanningProcessDied as exc:
                 self.close()  # a later window starts a new planning process
                 raise DatareelError(
                     f"the planning process of the windowed stage died while planning window {w} ({exc}); if it "
                     f"was killed for memory, use smaller windows, or plan inline: WindowedStage(background=False)"
-                ) from exc
+                ) from None
         self._planning += plan.seconds
         self._warn_if_slow()
         return plan
-
-    def _submit(self, w: int) -> concurrent.futures.Future[WindowPlan]:
-        if self._executor is None:
-            context = self._context
-            if context is None or isinstance(context, str):
-                context = multiprocessing.get_context(context)
-            self._executor = concurrent.futures.ProcessPoolExecutor(
-                1, mp_context=context, initializer=_install, initargs=(self.planner,)
-            )
-            weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
-            _LIVE_EXECUTORS.add(self._executor)
-        return self._executor.submit(_plan_installed, w, *self._window_positions(w))
 
     def _warn_if_slow(self) -> None:
         elapsed = time.perf_counter() - (self._since or 0.0)
@@ -255,40 +219,6 @@ class WindowedReel(PackedReel):
             step, descriptor.positions, descriptor.source_ids, descriptor.indices,
             packed_positions=descriptor.packed_positions, outputs=outputs,
         )  # fmt: skip
-
-
-# Planning pools still alive, stopped before the interpreter's own clean-up of process pools: CPython
-# 3.11's exit hook for ProcessPoolExecutor can write to a wake-up pipe that is already closed (OSError:
-# Bad file descriptor) and then wait forever for the pool's non-daemon process, which hung a training
-# script at exit (so did a plain shutdown(wait=True)). threading's exit hooks run in reverse order of
-# registration, so this one, registered after concurrent.futures', runs first.
-_LIVE_EXECUTORS: weakref.WeakSet[concurrent.futures.ProcessPoolExecutor] = weakref.WeakSet()
-
-
-def _shutdown_planning_pools() -> None:
-    """Stop every planning process at exit without waiting on the pool's own shutdown protocol: plans are
-    pure, so terminating the process loses nothing, and a terminated child is one the interpreter's
-    final join of child processes cannot wait on forever."""
-    for executor in list(_LIVE_EXECUTORS):
-        processes = list(getattr(executor, "_processes", {}).values())
-        with contextlib.suppress(Exception):
-            executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            with contextlib.suppress(Exception):
-                process.terminate()
-                process.join(timeout=5)
-
-
-def _forget_parent_pools() -> None:
-    """In a forked child (a DataLoader worker), the parent's pools are copies whose threads do not run
-    here: at the child's exit, concurrent.futures would join those threads (their copied locks are held)
-    and hang the worker; the child owns none of them, so forget them."""
-    _LIVE_EXECUTORS.clear()
-    getattr(concurrent.futures.process, "_threads_wakeups", {}).clear()
-
-
-threading._register_atexit(_shutdown_planning_pools)  # type: ignore[attr-defined]
-os.register_at_fork(after_in_child=_forget_parent_pools)
 
 
 def make_items(
