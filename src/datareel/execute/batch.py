@@ -94,12 +94,14 @@ class BatchMaker(Dataset):
         self.names = [source.name for source in self.sources]
         self.encoder = encoder
         self.options = options
-        self.prefetching = np.array([i for i, s in enumerate(self.sources) if s.prefetches], dtype=np.int64)
+        self._ready: dict[tuple[int, int], Any] = {}  # (source, index) -> raw sample read with its micro-batch
 
     # -- one sample -------------------------------------------------------------------------------
     def _read(self, source_id: int, index: int) -> Any:
         """The raw sample with ``__source__`` (dict samples), cooked / adopted for the encoder."""
-        raw = self.sources[source_id].read(index)
+        raw = self._ready.pop((source_id, index), None)  # read with its micro-batch, used once
+        if raw is None:
+            raw = self.sources[source_id].read(index)
         if isinstance(raw, dict) and "__source__" not in raw:  # a copy: never change the user's objects
             raw = (
                 Sample(raw, __source__=self.names[source_id])
@@ -189,16 +191,23 @@ class BatchMaker(Dataset):
             ) from exc
 
     def prefetch(self, source_ids: np.ndarray, indices: np.ndarray) -> None:
-        """Tell each source which of its samples are read next (sources in buckets fetch them together).
+        """Read the samples read next (a micro-batch, or a window's chunk) together where their sources can
+        (:meth:`~datareel.sources.base.Source.read_many`), after telling sources in buckets to fetch them.
         A hint only: whatever goes wrong here is reported when the sample is read, under the error
         policy. source_ids, indices: int64[k]."""
-        if not len(self.prefetching):  # local sources read on demand: nothing to announce
-            return
-        for source_id in np.intersect1d(source_ids, self.prefetching).tolist():
+        self._ready = {}  # one micro-batch's samples at most are held
+        for source_id in np.unique(source_ids).tolist():
+            source, mine = self.sources[source_id], indices[source_ids == source_id]
             try:
-                self.sources[source_id].prefetch(np.unique(indices[source_ids == source_id]))
+                if source.prefetches:
+                    source.prefetch(np.unique(mine))
+                read = source.read_many(mine)
             except Exception as exc:  # a user's source, say: the reads will tell
                 log.debug("prefetch of source %s failed: %r", self.names[source_id], exc)
+                continue
+            for index, sample in zip(mine.tolist(), read):
+                if sample is not None:
+                    self._ready.setdefault((source_id, index), sample)
 
     def _make(self, desc: Descriptor) -> Any:
         self.prefetch(desc.source_ids, desc.indices)
@@ -270,6 +279,9 @@ class BatchMaker(Dataset):
                 out.append(self.encoder.pack_selected_samples(samples[start : start + size]))
             start += size
         return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_ready": {}}
 
     def __len__(self) -> int:  # DataLoader never needs it (it is fed by a sampler)
         raise TypeError("BatchMaker is indexed by descriptors and has no length")

@@ -56,6 +56,11 @@ class Source(abc.ABC):
     def read(self, index: int) -> Any:
         """The raw sample at ``index`` (``0 <= index < len(self)``)."""
 
+    def read_many(self, indices: np.ndarray) -> list[Any]:
+        """Samples ``indices`` (int64[k]) read together where a source can do that faster; ``None`` for
+        each sample left to :meth:`read` (which raises what is wrong with it). Default: all ``None``."""
+        return [None] * len(indices)
+
     #: Whether :meth:`prefetch` does anything (the loader announces micro-batches only to such sources).
     prefetches: bool = False
 
@@ -145,6 +150,15 @@ class MappedSource(Source):
 
     def key(self, index: int) -> str:
         return self.base.key(int(self._map(np.array([index]))[0]))
+
+    def read_many(self, indices: np.ndarray) -> list[Any]:
+        indices = np.asarray(indices, dtype=np.int64)
+        inside = (indices >= 0) & (indices < len(self))  # out of range: read() names it
+        out: list[Any] = [None] * len(indices)
+        rows = np.flatnonzero(inside)
+        for row, sample in zip(rows.tolist(), self.base.read_many(self._map(indices[rows]))):
+            out[row] = sample
+        return out
 
     @property
     def prefetches(self) -> bool:

@@ -33,6 +33,13 @@ UNSAFE = frozenset({"pickle", "pkl", "pyd"})
 """Extensions whose decoding unpickles (runs code from the dataset): decoded only with ``decode="trusted"``."""
 _warned: set[str] = set()
 _IMAGES = frozenset(autodecode.IMAGE_EXTENSIONS)
+_DIRECT = {
+    extension: decoder
+    for extension, decoder in autodecode.decoders.items()
+    if extension not in UNSAFE and extension != "pth" and extension.lower() not in _IMAGES
+}
+"""Extensions whose only handler in webdataset's chain is its table entry (text, numbers, json, arrays,
+...): called directly, as ``decode1`` would after trying the image and gzip handlers."""
 
 
 class PartDecoder:
@@ -68,6 +75,10 @@ class PartDecoder:
                 )
             return data
         try:
+            direct = _DIRECT.get(extension)
+            if direct is not None and "." not in part:  # a plain part name: nothing else in the chain applies
+                value = direct(data)
+                return data if value is None else value  # decode1 treats None as "not handled"
             if extension == "pth":  # webdataset would torch.load with weights_only=False (code from the dataset)
                 return torch.load(io.BytesIO(data), weights_only=not self.trusted, map_location="cpu")
             return self._get().decode1(part, data)

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
+import numpy as np
+
 from ..errors import DatasetError
 
 BLOCK = 512
@@ -139,6 +141,60 @@ def iter_members(blob: bytes | memoryview, where: str, base: int = 0) -> Iterato
         pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
     if pos < end:
         raise TarFormatError(f"{where}: {end - pos} stray bytes after the last member at byte {base + pos}")
+
+
+_IN_BLOCK = np.arange(BLOCK, dtype=np.int64)
+_PLAIN_KINDS = frozenset(b"07\0")  # regular members without an extended header
+
+
+def plain_members(data: bytes, starts: list[int], stops: list[int]) -> list[list[tuple[str, int, int]] | None]:
+    """:func:`iter_members` over many samples of ``data`` at once, for the common case only.
+
+    Sample ``j`` is ``data[starts[j]:stops[j]]``; its entry is the list of ``(name, data offset in data,
+    size)`` of its members, or ``None`` where this path does not take the sample: anything but plain
+    regular ustar/GNU members (long names, PAX headers, a name prefix, base-256 sizes, other member
+    types), and anything damaged (a bad checksum, a member running past the sample, stray bytes).
+    Read those with :func:`iter_members`, which parses them or names the damage. The checksums of each
+    round of headers (the first of every sample, then the second, ...) are summed in one numpy call.
+    """
+    view = np.frombuffer(data, dtype=np.uint8)  # (n,)
+    out: list[list[tuple[str, int, int]] | None] = [[] for _ in starts]
+    at = list(starts)
+    active = [j for j in range(len(starts)) if starts[j] + BLOCK <= stops[j]]
+    for j in range(len(starts)):
+        if starts[j] + BLOCK > stops[j]:
+            out[j] = None  # empty or shorter than a header: iter_members says what it is
+    while active:
+        heads = np.array([at[j] for j in active], dtype=np.int64)  # (a,)
+        blocks = view[heads[:, None] + _IN_BLOCK]  # (a, 512)
+        sums = (blocks.sum(axis=1) - blocks[:, 148:156].sum(axis=1) + 8 * 32).tolist()  # (a,) field as spaces
+        following = []
+        for j, head, total in zip(active, heads.tolist(), sums):
+            members = out[j]
+            if members is None:
+                continue
+            if data[head + 156] not in _PLAIN_KINDS or (data[head + 345] and data[head + 257 : head + 262] == b"ustar"):
+                out[j] = None  # an extended header, another member type, or a name prefix
+                continue
+            try:  # the numbers as _number and _checksum_ok read them (not base-256)
+                stored = int(data[head + 148 : head + 156].split(b"\0", 1)[0], 8)
+                size = int(data[head + 124 : head + 136].split(b"\0", 1)[0], 8)
+            except ValueError:
+                out[j] = None
+                continue
+            begin = head + BLOCK
+            after = begin + (size + BLOCK - 1) // BLOCK * BLOCK
+            if stored != total or size < 0 or begin + size > stops[j] or (after < stops[j] < after + BLOCK):
+                out[j] = None  # damaged, runs past the sample, or stray bytes after it
+                continue
+            nul = data.find(b"\0", head, head + 100)
+            name = data[head : nul if nul >= 0 else head + 100].decode("utf-8", "surrogateescape")
+            members.append((name, begin, size))
+            if after < stops[j]:
+                at[j] = after
+                following.append(j)
+        active = following
+    return out
 
 
 def split_name(name: str) -> tuple[str, str] | None:
