@@ -101,6 +101,11 @@ class OpenShards:
         with self._lock:
             return os.pread(self.get(path, opener).fd, size, offset)
 
+    def held(self) -> threading.RLock:
+        """The set's lock: while it is held (``with shards.held():``) no other thread of this process can
+        close a handle, so a handle from :meth:`get` may be read through its ``fd`` directly."""
+        return self._lock
+
     def __len__(self) -> int:
         return len(self._open)
 

@@ -158,6 +158,8 @@ def plain_members(data: bytes, starts: list[int], stops: list[int]) -> list[list
     round of headers (the first of every sample, then the second, ...) are summed in one numpy call.
     """
     view = np.frombuffer(data, dtype=np.uint8)  # (n,)
+    aligned = len(data) % BLOCK == 0 and all(start % BLOCK == 0 for start in starts)  # as tar members are
+    rows = view.reshape(-1, BLOCK) if aligned else view  # (n / 512, 512): a header is a row
     out: list[list[tuple[str, int, int]] | None] = [[] for _ in starts]
     at = list(starts)
     active = [j for j in range(len(starts)) if starts[j] + BLOCK <= stops[j]]
@@ -166,7 +168,7 @@ def plain_members(data: bytes, starts: list[int], stops: list[int]) -> list[list
             out[j] = None  # empty or shorter than a header: iter_members says what it is
     while active:
         heads = np.array([at[j] for j in active], dtype=np.int64)  # (a,)
-        blocks = view[heads[:, None] + _IN_BLOCK]  # (a, 512)
+        blocks = rows[heads // BLOCK] if aligned else view[heads[:, None] + _IN_BLOCK]  # (a, 512)
         sums = (blocks.sum(axis=1) - blocks[:, 148:156].sum(axis=1) + 8 * 32).tolist()  # (a,) field as spaces
         following = []
         for j, head, total in zip(active, heads.tolist(), sums):
@@ -203,7 +205,7 @@ def split_name(name: str) -> tuple[str, str] | None:
     The key is the path up to the first dot of its last component; the part is
     the rest.  Names without such a dot and ``__...__`` names are skipped.
     """
-    if _SKIPPED_NAME.match(name):
+    if name[:2] == "__" and _SKIPPED_NAME.match(name):
         return None
     head, slash, last = name.rpartition("/")
     stem, dot, part = last.partition(".")

@@ -344,20 +344,25 @@ class WebDatasetSource(Source):
         rows = np.flatnonzero((indices >= 0) & (indices < self._size))  # (r,) out of range: read() names it
         shard, local = self.locate_many(indices[rows])  # (r,), (r,)
         blobs, at, ends, read, offset = [], [], [], [], 0
-        for j, s, i in zip(range(len(rows)), shard.tolist(), local.tolist()):
-            try:
-                idx = self._index(s)
-                start, stop, end = int(idx[i]), int(idx[i + 1]), int(idx[-1])
-                if not 0 <= start <= stop <= end:
-                    continue  # a damaged index: read() names it
-                blob = self._pread(s, start, stop)
-            except (DatasetError, OSError, IndexError):
-                continue  # read() raises it, under the error policy
-            blobs.append(blob)
-            at.append(offset)
-            offset += len(blob)
-            ends.append(offset)
-            read.append(j)
+        shards = handles()
+        with shards.held():  # no handle is closed under us: read through its descriptor
+            for j, s, i in zip(range(len(rows)), shard.tolist(), local.tolist()):
+                try:
+                    handle = shards.get(self._paths[s], lambda s=s: self._open_shard(s))
+                    idx = handle.index
+                    start, stop, end = int(idx[i]), int(idx[i + 1]), int(idx[-1])
+                    if not 0 <= start <= stop <= end:
+                        continue  # a damaged index: read() names it
+                    blob = os.pread(handle.fd, stop - start, start)
+                except (DatasetError, OSError, IndexError):
+                    continue  # read() raises it, under the error policy
+                if len(blob) != stop - start:
+                    continue  # truncated since it was opened: read() says so
+                blobs.append(blob)
+                at.append(offset)
+                offset += len(blob)
+                ends.append(offset)
+                read.append(j)
         data = b"".join(blobs)
         for j, members in zip(read, plain_members(data, at, ends)):
             if members is None:
