@@ -199,3 +199,23 @@ def test_loader_batches_do_not_change_when_samples_are_read_together(mixed, monk
 class AsList:
     def batch(self, samples):
         return samples
+
+
+def test_the_workers_result_pipe_holds_a_whole_batch(mixed):
+    import fcntl
+
+    from datareel.execute.workers import RESULT_PIPE_BYTES
+
+    loader = datareel.Loader(
+        datareel.open_dataset(mixed, decode=False),
+        global_batch_size=4,
+        micro_batch_size=4,
+        num_workers=2,
+        task_encoder=AsList(),
+    )
+    it = iter(loader)
+    first = next(it)
+    reader = it.inner._worker_result_queue._reader
+    assert fcntl.fcntl(reader.fileno(), fcntl.F_GETPIPE_SZ) == RESULT_PIPE_BYTES
+    assert len(first) == 4
+    loader.close()

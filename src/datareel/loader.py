@@ -24,7 +24,7 @@ from .errors import BatchError, DatareelError, OptionError, check_int
 from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
 from .execute.planner import EncoderPlanner
-from .execute.workers import WorkerOptions
+from .execute.workers import WorkerOptions, widen_result_pipe
 from .plan.layout import Layout
 from .reel import Cursor, CursorQueue, Packing, WindowedStage, check_options, make_reel
 from .reel.sampler import DescriptorSampler
@@ -255,6 +255,7 @@ class _LoaderIterator:
         self.loader, self.generation = loader, generation
         self.queue = loader.pending = CursorQueue()  # read by the sampler when the DataLoader starts it
         self.inner = iter(loader._get_dataloader())
+        widen_result_pipe(self.inner)
         loader._iterators.add(self)
 
     def __iter__(self) -> _LoaderIterator:
