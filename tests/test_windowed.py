@@ -390,3 +390,44 @@ def test_a_stuck_planning_process_is_stopped_and_the_window_planned_inline(caplo
     assert sum("gave no plan for window 0 within 2 s" in r.getMessage() for r in caplog.records) == 1
     with pytest.raises(OptionError, match="plan_timeout=0"):
         WindowedStage(plan_timeout=0)
+
+
+class Odd(Exception):
+    """An exception whose constructor takes other arguments than it stores: it pickles, but does not
+    unpickle."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}/{b}")
+
+
+class FailsInChild(SlowPlanner):
+    """Plans normally in the process that made it; in any other, dies (``die``) or raises ``Odd``."""
+
+    def __init__(self, die):
+        self.pid, self.die = os.getpid(), die
+
+    def __call__(self, window, positions, source_ids, indices):
+        if os.getpid() != self.pid:
+            if self.die:
+                os._exit(3)
+            raise Odd("bad", "sample")
+        return super().__call__(window, positions, source_ids, indices)
+
+
+@pytest.mark.parametrize("die", [True, False], ids=["dies", "raises an exception that does not unpickle"])
+def test_a_failing_planning_process_is_named_promptly_and_the_window_is_not_lost(die):
+    from datareel.blend import build_plan
+    from datareel.plan.layout import Layout
+    from datareel.reel import Cursor, WindowedReel
+
+    plan, sources = build_plan(records(30), seed=0, shuffle=True)
+    layout = Layout(global_batch_size=5, micro_batch_size=5, world_size=1)
+    reel = WindowedReel(plan, sources, WindowedStage(window=5, plan_timeout=60), FailsInChild(die), None)
+    for _ in range(2):  # asking again (a new stream) fails the same way (a lost window would time out, then plan)
+        with pytest.raises(datareel.DatareelError) as info:
+            next(reel.stream(Cursor(0, (0, 0)), layout, 0))
+        if die:
+            assert "planning process of the windowed stage died while planning window 0 (exit code 3" in str(info.value)
+        else:
+            assert str(info.value) == "Odd: bad/sample"
+    reel.close()

@@ -197,17 +197,17 @@ class BatchMaker(Dataset):
         policy. source_ids, indices: int64[k]."""
         self._ready = {}  # one micro-batch's samples at most are held
         for source_id in np.unique(source_ids).tolist():
-            source, mine = self.sources[source_id], indices[source_ids == source_id]
+            source, mine = self.sources[source_id], np.unique(indices[source_ids == source_id])
             try:
                 if source.prefetches:
-                    source.prefetch(np.unique(mine))
+                    source.prefetch(mine)
                 read = source.read_many(mine)
             except Exception as exc:  # a user's source, say: the reads will tell
                 log.debug("prefetch of source %s failed: %r", self.names[source_id], exc)
                 continue
             for index, sample in zip(mine.tolist(), read):
                 if sample is not None:
-                    self._ready.setdefault((source_id, index), sample)
+                    self._ready[source_id, index] = sample
 
     def _make(self, desc: Descriptor) -> Any:
         self.prefetch(desc.source_ids, desc.indices)

@@ -37,6 +37,11 @@ class PlanningProcessDied(DatareelError):
     """The planning process ended without sending the plan asked for (killed, e.g. for memory)."""
 
 
+class PlanningMessageError(DatareelError):
+    """A message from the planning process could not be read here; the process is stopped (the pipe
+    may be out of step) and the window can be planned again."""
+
+
 def _serve(conn: Any, other_end: Any, planner: Callable[..., Any], inputs: Callable[[int], Inputs]) -> None:
     """The planning process: plans the windows asked, oldest first, until the pipe closes."""
     other_end.close()  # the reel's end, copied by fork: without this the process never sees the reel go
@@ -58,13 +63,27 @@ def _serve(conn: Any, other_end: Any, planner: Callable[..., Any], inputs: Calla
         try:
             message: tuple[str, int, Any] = ("plan", w, planner(w, *inputs(w)))
         except Exception as exc:
-            message = ("error", w, exc)
+            message = ("error", w, _portable(exc))
         try:
             conn.send(message)  # pickled whole before anything is written
         except (EOFError, OSError):
             return
-        except Exception as exc:  # the plan or the error does not pickle
-            conn.send(("error", w, DatareelError(f"the plan of window {w} could not be sent back: {exc!r}")))
+        except Exception as exc:  # the plan does not pickle
+            error = DatareelError(f"the plan of window {w} could not be sent back: {type(exc).__name__}: {exc}")
+            try:
+                conn.send(("error", w, error))
+            except OSError:
+                return
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling both ways (an exception class whose constructor takes other
+    arguments than it stores does not), else a :class:`DatareelError` with its class and text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return DatareelError(f"{type(exc).__name__}: {exc}")
 
 
 def _stop(process: Any, conn: Any, owner: int) -> None:
@@ -127,19 +146,26 @@ class PlanningProcess:
 
     def result(self, w: int, timeout: float) -> Any:
         """Window ``w``'s plan (asked before), waiting at most ``timeout`` seconds: raises ``TimeoutError``,
-        :class:`PlanningProcessDied`, or the planner's exception."""
+        :class:`PlanningProcessDied`, :class:`PlanningMessageError`, or the planner's exception."""
+        if w not in self._asked and w not in self._done:
+            raise DatareelError(f"internal: window {w} was not asked of the planning process; please report this")
         deadline = time.monotonic() + timeout
         while w not in self._done:
             left = deadline - time.monotonic()
-            if left <= 0 or not self._conn.poll(left):
-                raise TimeoutError(f"no plan of window {w} within {timeout} s")
+            if left <= 0 or not self._conn.poll(min(left, 86400.0)):  # poll() overflows on huge timeouts
+                if left <= 0 or time.monotonic() >= deadline:
+                    raise TimeoutError(f"no plan of window {w} within {timeout} s")
+                continue
             try:
                 kind, v, value = self._conn.recv()
-            except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            except (EOFError, OSError) as exc:
                 self._process.join(timeout=1)
                 raise PlanningProcessDied(
                     f"exit code {self._process.exitcode}" + (f", {exc!r}" if str(exc) else "")
                 ) from None
+            except Exception as exc:  # a message that does not unpickle here
+                self.close()
+                raise PlanningMessageError(f"{type(exc).__name__}: {exc}") from None
             if v in self._asked:
                 self._asked.discard(v)
                 self._done[v] = (kind, value)

@@ -30,7 +30,7 @@ from ..plan.nodes import ReelPlan
 from ..sources.base import Source
 from .base import Descriptor
 from .packed import CACHED_WINDOWS, Pack, PackedReel, window_inputs
-from .planning import PlanningProcess, PlanningProcessDied
+from .planning import PlanningMessageError, PlanningProcess, PlanningProcessDied
 
 log = logging.getLogger("datareel")
 AHEAD = 2
@@ -165,7 +165,8 @@ class WindowedReel(PackedReel):
             last = self.windows()
             for v in process.asked() - set(range(w, w + 1 + AHEAD)):
                 process.drop(v)
-            for v in range(w, w + 1 + AHEAD):
+            process.ask(w)
+            for v in range(w + 1, w + 1 + AHEAD):
                 if last is None or v < last:
                     process.ask(v)
             try:
@@ -180,6 +181,10 @@ class WindowedReel(PackedReel):
                 )
                 self.close()
                 self._inline = True
+                plan = self.planner(w, *self._window_positions(w))
+            except PlanningMessageError as exc:  # e.g. an exception class that does not unpickle here
+                log.warning("planning window %d: %s; it is planned here instead", w, exc)
+                self.close()  # a later window starts a new planning process
                 plan = self.planner(w, *self._window_positions(w))
             except PlanningProcessDied as exc:
                 self.close()  # a later window starts a new planning process

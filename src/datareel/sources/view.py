@@ -40,9 +40,6 @@ class SourceView(MappedSource):
     def _map(self, indices: np.ndarray) -> np.ndarray:
         return self.start + np.asarray(indices, dtype=np.int64)
 
-    def read(self, index: int) -> Any:
-        return self.base.read(self.start + index)
-
     def describe(self) -> dict[str, Any]:
         return {
             "kind": "view",

@@ -31,6 +31,9 @@ from .index_files import read_index, sample_range
 from .tarparse import BLOCK, iter_members, plain_members, split_name
 from .typed import SAMPLE_CLASSES
 
+READ_MANY_BYTES = 32 << 20
+"""Bytes :meth:`WebDatasetSource.read_many` reads at most at once (big samples: video, large images)."""
+
 
 class WebDatasetSource(Source):
     """One split of an Energon-prepared dataset directory.
@@ -336,11 +339,12 @@ class WebDatasetSource(Source):
         """Samples ``indices`` (int64[k]) read together: located in one numpy call, one read each, their
         tar headers checked a round at a time (:func:`~.tarparse.plain_members`). ``None`` for a sample
         this path leaves to :meth:`read` (a bucket, an index or shard that fails its check, members other
-        than plain ones, damage), which reads it or raises what is wrong with it."""
+        than plain ones, damage, samples past the first :data:`READ_MANY_BYTES`), which reads it or raises
+        what is wrong with it."""
         indices = np.asarray(indices, dtype=np.int64)
         out: list[Any] = [None] * len(indices)
-        if self._remote or not len(indices):
-            return out
+        if self._remote or not len(indices) or type(self).read is not WebDatasetSource.read:
+            return out  # a subclass's own read() is what it reads with
         rows = np.flatnonzero((indices >= 0) & (indices < self._size))  # (r,) out of range: read() names it
         shard, local = self.locate_many(indices[rows])  # (r,), (r,)
         blobs, at, ends, read, offset = [], [], [], [], 0
@@ -358,6 +362,8 @@ class WebDatasetSource(Source):
                     continue  # read() raises it, under the error policy
                 if len(blob) != stop - start:
                     continue  # truncated since it was opened: read() says so
+                if offset + len(blob) > READ_MANY_BYTES and blobs:
+                    break  # big samples: the rest are read one by one, as they are used
                 blobs.append(blob)
                 at.append(offset)
                 offset += len(blob)
