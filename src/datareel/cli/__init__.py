@@ -1,4 +1,4 @@
-"""The ``datareel`` command: demo, prepare, info."""
+"""The ``datareel`` command: demo, prepare, info, inspect."""
 
 from __future__ import annotations
 
@@ -59,6 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="splits, shards, samples, bytes and sample type of a prepared dataset")
     info.add_argument("path")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    inspect = commands.add_parser(
+        "inspect",
+        help="what a saved loader state says (cursor, global batch, spec) and which world and micro-batch sizes "
+        "can resume it",
+    )
+    inspect.add_argument(
+        "state", help="a JSON file, a torch.save file holding the state, or a DCP checkpoint directory"
+    )
+    inspect.add_argument("--key", default=None, help="dotted key of the state in the file, e.g. loader or extra.0.data")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
@@ -137,4 +147,11 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         result = dataset_info(args.path)
         print(json.dumps(result, indent=2) if args.json else format_info(result))
         return 0
+    if args.command == "inspect":
+        from .inspect_state import describe_state, format_description, load_state_file
+
+        state, where = load_state_file(args.state, args.key)
+        described = {"file": str(args.state), "key": where, **describe_state(state)}
+        print(json.dumps(described, indent=2) if args.json else format_description(described))
+        return 1 if described["check"].startswith("MISMATCH") else 0  # a state that was edited or spliced
     return 2

@@ -1,0 +1,185 @@
+"""``datareel inspect``: states written by real loaders (plain, mixed, packed, packed mid-window, a windowed
+stage), saved as JSON, inside a torch.save file and through DCP; the topologies it lists are exactly those
+the Loader itself accepts; damaged and foreign files are refused, naming why."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import datareel
+from datareel import Packing, TopologyError, WindowedStage
+from datareel.cli import main
+
+LENGTHS = np.random.default_rng(0).integers(1, 9, 60)
+
+
+def length_of(source, indices):
+    return LENGTHS[indices]
+
+
+class Packer:
+    def encode_sample(self, sample):
+        yield sample
+
+    def select_samples_to_pack(self, samples):
+        return [samples[i : i + 3] for i in range(0, len(samples), 3)]
+
+    def pack_selected_samples(self, samples):
+        return {"ids": [s["id"] for s in samples]}
+
+    def batch(self, packs):
+        return packs
+
+
+class PackOnly:
+    def pack_selected_samples(self, samples):
+        return {"ids": [s["id"] for s in samples]}
+
+    def batch(self, packs):
+        return packs
+
+
+class Foreign:
+    """An object a weights-only load refuses."""
+
+
+def records(n, name="recs"):
+    return datareel.from_sequence([{"id": i} for i in range(n)], name=name)
+
+
+def make(kind):
+    common = dict(global_batch_size=12, micro_batch_size=3, world_size=2, rank=0, seed=1)
+    if kind == "plain":
+        return datareel.Loader(records(50), **common)
+    if kind == "mixed":
+        return datareel.Loader(datareel.mix([(records(30, "a"), 0.7), (records(20, "b"), 0.3)]), **common)
+    if kind.startswith("packed"):
+        packing = Packing(max_length=10, length=length_of, window=7)
+        return datareel.Loader(records(60), packing=packing, task_encoder=PackOnly(), **common)
+    return datareel.Loader(records(60), task_encoder=Packer(), stage=WindowedStage(window=7, pack=True), **common)
+
+
+def saved(kind, steps=3):
+    loader = make(kind)
+    it = iter(loader)
+    for _ in range(steps):
+        next(it)
+    while kind == "packed mid-window" and loader.state_dict()["pack"][1] == 0:
+        next(it)  # on to a cursor inside a window (its next pack is not the window's first)
+    return loader
+
+
+def run(capsys, *args):
+    code = main(["inspect", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("container", ["json", "torch.save", "dcp"])
+@pytest.mark.parametrize("kind", ["plain", "mixed", "packed", "packed mid-window", "windowed"])
+def test_inspect_reads_what_real_loaders_save(tmp_path, capsys, kind, container):
+    loader = saved(kind)
+    state = loader.state_dict()
+    if kind == "packed mid-window":
+        assert state["pack"][1] > 0  # the next pack is not its window's first
+    path = tmp_path / "ckpt"
+    if container == "json":
+        path.write_text(json.dumps(state))
+    elif container == "torch.save":
+        torch.save({"model": {"w": torch.ones(2)}, "step": 3, "dataloader": state}, path)
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+            dcp.save({"loader": loader, "w": torch.ones(2)}, checkpoint_id=str(path))
+    code, out, _ = run(capsys, path, "--json")
+    assert code == 0
+    got = json.loads(out)
+    G = 12
+    assert (got["cursor"], got["pack"], got["check"]) == (state["cursor"], state.get("pack"), "ok")
+    assert (got["global_batch"], got["into_global_batch"]) == divmod(state["cursor"], G)
+    assert got["unit"] == {"plain": "samples", "mixed": "samples"}.get(kind, "packs")
+    assert got["dataset"]["digest"] == state["spec"]["dataset"]["digest"]
+    assert got["key"] == {"json": "", "torch.save": "dataloader", "dcp": "loader"}[container]
+    if kind == "mixed":
+        assert [s[0] for s in got["sources"]] == ["a", "b"]
+    if kind == "plain":
+        assert (got["epoch"], got["epoch_offset"]) == divmod(state["cursor"], 50)
+    code, text, _ = run(capsys, path)
+    assert code == 0 and f"global batch {state['cursor'] // G}" in text and "resumes on" in text
+    loader.close()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    G=st.sampled_from([4, 6, 8, 12, 18, 24]),
+    steps=st.integers(0, 7),
+    data=st.data(),
+)
+def test_the_topologies_listed_are_exactly_those_the_loader_accepts(tmp_path_factory, G, steps, data):
+    saving = [(w, m) for w in range(1, G + 1) for m in range(1, G + 1) if G % (w * m) == 0]
+    W, m = data.draw(st.sampled_from(saving))
+    loader = datareel.Loader(records(40), global_batch_size=G, micro_batch_size=m, world_size=W, rank=0, seed=2)
+    it = iter(loader)
+    for _ in range(steps):
+        next(it)
+    state = loader.state_dict()
+    path = tmp_path_factory.mktemp("state") / "state.json"
+    path.write_text(json.dumps(state))
+    assert main(["inspect", str(path), "--json"]) == 0
+    from datareel.cli.inspect_state import describe_state, load_state_file
+
+    listed = {tuple(p) for p in describe_state(load_state_file(path)[0])["resume"]["pairs"]}
+    accepted = set()
+    for w, mm in saving:  # every topology that fits G; the loader says which resume this state
+        other = datareel.Loader(records(40), global_batch_size=G, micro_batch_size=mm, world_size=w, rank=0, seed=2)
+        try:
+            other.load_state_dict(state)
+            accepted.add((w, mm))
+        except TopologyError:
+            pass
+    assert listed == accepted and (W, m) in listed
+
+
+def test_damaged_and_foreign_files_are_refused_naming_why(tmp_path, capsys):
+    state = saved("plain").state_dict()
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps({**state, "cursor": state["cursor"] + 1}))
+    code, out, _ = run(capsys, edited)
+    assert code == 1 and "MISMATCH" in out  # printed, and the exit code says it is not to be trusted
+
+    cases = {
+        "model only": ({"model": torch.ones(2)}, "holds no datareel loader state"),
+        "two states": ({"a": state, "b": {"x": [state]}}, r"2 datareel loader states, at \['a', 'b.x.0'\]"),
+        "energon": ({"loader": {"worker_states": [], "micro_batch_size": 2}}, "Megatron-Energon loader state"),
+        "version 2": ({**state, "version": 2}, "state version 2"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / f"{name}.pt"
+        torch.save(content, path)
+        code, _, err = run(capsys, path)
+        assert code == 1 and message.replace("\\", "") in err.replace("\\", ""), (name, err)
+    code, out, _ = run(capsys, tmp_path / "two states.pt", "--key", "b.x.0", "--json")
+    assert code == 0 and json.loads(out)["key"] == "b.x.0"
+    code, _, err = run(capsys, tmp_path / "two states.pt", "--key", "b.y")
+    assert code == 1 and "no 'y' there (found ['x'])" in err
+    unsafe = tmp_path / "unsafe.pt"
+    torch.save({"loader": state, "obj": Foreign()}, unsafe)  # unpickling it would run Foreign's code
+    code, _, err = run(capsys, unsafe)
+    assert code == 1 and "never unpickles arbitrary objects" in err
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"\x00\x01 not a checkpoint")
+    assert run(capsys, garbage)[0] == 1
+    (tmp_path / "dir").mkdir()
+    code, _, err = run(capsys, tmp_path / "dir")
+    assert code == 1 and "not a torch.distributed.checkpoint directory" in err
+    code, _, err = run(capsys, tmp_path / "missing.json")
+    assert code == 1 and "no such file" in err
