@@ -69,6 +69,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--key", default=None, help="dotted key of the state in the file, e.g. loader or extra.0.data")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    verify = commands.add_parser(
+        "verify",
+        help="restore a loader state on a topology, as the job would: OK with the next global batches' keys per "
+        "rank, or the error the job would hit (exit 0 / 1)",
+    )
+    verify.add_argument("state", help="a JSON file, a torch.save file holding the state, or a DCP directory")
+    verify.add_argument("dataset", help="the job's dataset: a prepared directory, a .jsonl file or a metadataset YAML")
+    verify.add_argument("--world-size", type=int, required=True)
+    verify.add_argument("--micro-batch-size", type=int, required=True)
+    verify.add_argument("--num-workers", type=int, default=0)
+    verify.add_argument("--show", type=int, default=2, help="global batches to list (default 2)")
+    verify.add_argument("--key", default=None, help="dotted key of the state in the file")
+    verify.add_argument("--split", default="train", help="split of a prepared directory (default train)")
+    verify.add_argument("--name", default=None, help="the dataset name the job gave open_dataset, if any")
+    verify.add_argument("--seed", type=int, default=None, help="default: the state's")
+    verify.add_argument("--global-batch-size", type=int, default=None, help="default: the state's")
+    verify.add_argument(
+        "--task-encoder", default=None, help="module:Class of the job's encoder (default: the one the state names)"
+    )
+    verify.add_argument("--no-repeat", action="store_true", help="the job's loader had repeat=False")
+    verify.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
@@ -154,4 +175,30 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         described = {"file": str(args.state), "key": where, **describe_state(state)}
         print(json.dumps(described, indent=2) if args.json else format_description(described))
         return 1 if described["check"].startswith("MISMATCH") else 0  # a state that was edited or spliced
+    if args.command == "verify":
+        from ..blend import open_dataset
+        from .inspect_state import load_state_file
+        from .verify import format_verdict, verify_state
+
+        if args.show < 1:
+            parser.error(f"--show={args.show} must be at least 1")
+        state, _ = load_state_file(args.state, args.key)
+        verdict = verify_state(
+            state,
+            open_dataset(args.dataset, split=args.split, name=args.name),
+            world_size=args.world_size,
+            micro_batch_size=args.micro_batch_size,
+            num_workers=args.num_workers,
+            show=args.show,
+            repeat=not args.no_repeat,
+            task_encoder=args.task_encoder,
+            seed=args.seed,
+            global_batch_size=args.global_batch_size,
+        )
+        print(
+            json.dumps(verdict, indent=2, default=str)
+            if args.json
+            else format_verdict(verdict, args.world_size, args.micro_batch_size)
+        )
+        return 0 if verdict["ok"] else 1
     return 2

@@ -1,0 +1,181 @@
+"""``datareel verify STATE DATASET --world-size W --micro-batch-size m``: will this checkpoint resume there?
+
+The loader is built as the job would build it: the dataset given, and everything else the state's spec
+records (seed, shuffle, global batch size, ``datareel.Packing`` with ``"index"`` / ``"bytes"`` lengths or
+the length function it names, a windowed stage with the task encoder class it names), each overridable.
+Then the state is restored with ``Loader.load_state_dict`` itself, so the verdict is the job's: OK with the
+keys of the next global batches as each rank will read them, or the exact error the job would hit.
+Nothing is read but the keys of the samples shown (and, for a windowed stage, the windows it plans).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from ..errors import DatareelError, OptionError, StateMismatchError
+from ..loader import Loader
+from ..reel.packing import Packing
+from ..reel.windowed import WindowedStage
+
+BUILT_FROM_SPEC = ("seed", "shuffle", "global_batch_size", "packing", "stage")
+
+
+def _import(qualified: str, what: str) -> Any:
+    """``module:Name`` or ``module.Name`` (nested names too; the current directory is searched) -> the object."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module, sep, name = qualified.partition(":")
+    parts = [module, name] if sep else qualified.split(".")
+    splits = [1] if sep else range(len(parts) - 1, 0, -1)  # longest importable module first
+    problem: Exception | None = None
+    for cut in splits:
+        head, rest = (parts[0], parts[1].split(".")) if sep else (".".join(parts[:cut]), parts[cut:])
+        try:
+            obj: Any = importlib.import_module(head)
+            for attribute in rest:
+                obj = getattr(obj, attribute)
+            return obj
+        except (ImportError, AttributeError, ValueError) as exc:
+            problem = exc
+    hint = " (a function or class of the job's own script, __main__, cannot be imported: move it to a module)"
+    raise OptionError(
+        f"{what} {qualified!r} cannot be imported ({problem}); run from the job's directory"
+        + (hint if qualified.startswith("__main__") else "")
+    )
+
+
+def loader_options(spec: dict[str, Any], *, task_encoder: str | None = None) -> dict[str, Any]:
+    """``Loader`` keyword arguments rebuilt from a state's spec (``task_encoder``: overrides the class it names)."""
+    options: dict[str, Any] = {k: spec[k] for k in ("seed", "shuffle", "global_batch_size") if k in spec}
+    packing = spec.get("packing")
+    if isinstance(packing, dict):
+        length = packing.get("length")
+        if isinstance(length, dict):
+            length = _import(f"{length.get('module')}:{length.get('function')}", "the length function")
+        options["packing"] = Packing(
+            max_length=packing["max_length"], length=length, window=packing["window"],
+            over_length=packing["over_length"],
+        )  # fmt: skip
+    stage = spec.get("stage")
+    if isinstance(stage, dict):
+        options["stage"] = WindowedStage(window=stage["window"], pack=stage["pack"], background=False)
+    named = task_encoder or (stage or {}).get("encoder")
+    if named:
+        cls = _import(named, "the task encoder")
+        try:
+            options["task_encoder"] = cls() if isinstance(cls, type) else cls
+        except TypeError as exc:
+            raise OptionError(
+                f"the task encoder {named} cannot be made without arguments ({exc}); give --task-encoder "
+                f"module:factory, a function returning the job's encoder"
+            ) from None
+    elif isinstance(packing, dict):
+        options["task_encoder"] = _KeysOnly()  # packing needs pack_selected_samples; verify never makes batches
+    return options
+
+
+class _KeysOnly:
+    """Stands in for the job's encoder where the reel does not depend on it (length-planned packing)."""
+
+    def pack_selected_samples(self, samples: list[Any]) -> list[Any]:
+        return samples
+
+
+def verify_state(
+    state: dict[str, Any],
+    dataset: Any,
+    *,
+    world_size: int,
+    micro_batch_size: int,
+    num_workers: int = 0,
+    show: int = 2,
+    repeat: bool = True,
+    task_encoder: str | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """The verdict as plain data: ``ok``, and either ``next`` (``show`` global batches: per rank, the keys
+    of its samples, or of each pack's samples, in the order it reads them) or ``error`` (type, message,
+    and for a spec mismatch the differing ``fields``, saved and now)."""
+    spec = state.get("spec") if isinstance(state, dict) else None
+    options = loader_options(spec if isinstance(spec, dict) else {}, task_encoder=task_encoder)
+    options.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        loader = Loader(
+            dataset,
+            world_size=world_size,
+            rank=0,
+            micro_batch_size=micro_batch_size,
+            num_workers=num_workers,
+            repeat=repeat,
+            **options,
+        )
+        loader.load_state_dict(state)
+    except DatareelError as exc:
+        error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, StateMismatchError):
+            error["fields"] = {k: {"saved": a, "now": b} for k, (a, b) in exc.differences.items()}
+        return {"ok": False, "error": error}
+    try:
+        return {
+            "ok": True,
+            "cursor": loader.cursor,
+            "accumulation_steps": loader.accumulation_steps,
+            "next": _next_keys(loader, world_size, show),
+        }
+    finally:
+        loader.close()
+
+
+def _next_keys(loader: Loader, world_size: int, show: int) -> list[dict[str, Any]]:
+    """Per global batch, per rank: the keys each rank reads (its micro-batches in order, concatenated)."""
+    A, G = loader.accumulation_steps, loader.layout.global_batch_size
+    first = loader.cursor // G
+    per_rank = []
+    for rank in range(world_size):
+        steps = loader.reel.stream(loader.reel_cursor, loader.layout, rank)
+        batches: list[list[Any]] = []
+        for _ in range(show):
+            keys: list[Any] = []
+            for _step in range(A):
+                step = next(steps, None)
+                if step is None:
+                    break
+                if step.descriptor is not None:
+                    keys += _keys(loader, step.descriptor)
+            batches.append(keys)
+        per_rank.append(batches)
+    return [{"global_batch": first + b, "ranks": [per_rank[r][b] for r in range(world_size)]} for b in range(show)]
+
+
+def _keys(loader: Loader, descriptor: Any) -> list[Any]:
+    keys = [loader.sources[s].key(i) for s, i in zip(descriptor.source_ids.tolist(), descriptor.indices.tolist())]
+    if descriptor.pack_sizes is None:
+        return keys
+    packs, start = [], 0
+    for size in descriptor.pack_sizes.tolist():
+        packs.append(keys[start : start + size])
+        start += size
+    return packs
+
+
+def format_verdict(verdict: dict[str, Any], world_size: int, micro_batch_size: int) -> str:
+    """The text ``datareel verify`` prints."""
+    if not verdict["ok"]:
+        error = verdict["error"]
+        return (
+            f"REFUSED on world_size {world_size} × micro_batch_size {micro_batch_size}: {error['type']}: "
+            + error["message"]
+        )
+    lines = [
+        f"OK on world_size {world_size} × micro_batch_size {micro_batch_size} "
+        f"({verdict['accumulation_steps']} accumulation steps): resumes at {verdict['cursor']:,}"
+    ]
+    for batch in verdict["next"]:
+        lines.append(f"global batch {batch['global_batch']:,}:")
+        for rank, keys in enumerate(batch["ranks"]):
+            shown = ", ".join(map(str, keys[:8])) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
+            lines.append(f"  rank {rank}: {shown}")
+    return "\n".join(lines)

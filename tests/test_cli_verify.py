@@ -1,0 +1,167 @@
+"""``datareel verify``: its verdict is the Loader's own on every topology tried (hypothesis over the saving
+and resuming W, m and N, and the checkpoint position), refusals included, and the keys it lists for the
+next global batches are those the restored loaders yield; the command itself on a JSONL dataset."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import datareel
+from datareel import Packing
+from datareel.cli import main
+from datareel.cli.verify import verify_state
+
+LENGTHS = np.random.default_rng(1).integers(1, 7, 40)
+
+
+def length_of(source, indices):
+    return LENGTHS[indices]
+
+
+class Keys:
+    """Batches of sample keys (packs: lists of keys), as verify lists them."""
+
+    def batch(self, samples):
+        return list(samples)
+
+    def encode_sample(self, sample):
+        return sample["__key__"]
+
+    def pack_selected_samples(self, samples):
+        return list(samples)
+
+
+class Online(Keys):
+    """Online packing in the windowed stage: verify rebuilds it from the class the state names."""
+
+    def encode_sample(self, sample):
+        yield sample["__key__"]
+
+    def select_samples_to_pack(self, samples):
+        return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+
+def dataset(kind):
+    a = datareel.from_sequence([{"__key__": f"a{i}"} for i in range(40)], name="a")
+    if kind == "mixed":
+        b = datareel.from_sequence([{"__key__": f"b{i}"} for i in range(15)], name="b")
+        return datareel.mix([(a, 2), (b, 1)])
+    return a
+
+
+def loader(kind, G, W, m, rank=0, N=0, **extra):
+    packing = Packing(max_length=8, length=length_of, window=6) if kind == "packed" else None
+    stage = datareel.WindowedStage(window=5, pack=True, background=False) if kind == "windowed" else None
+    return datareel.Loader(
+        dataset(kind), global_batch_size=G, micro_batch_size=m, world_size=W, rank=rank, num_workers=N, seed=5,
+        task_encoder=Online() if stage else Keys(), packing=packing, stage=stage, **extra,
+    )  # fmt: skip
+
+
+def fitting(G):
+    return [(w, m) for w in range(1, 4) for m in range(1, G + 1) if G % (w * m) == 0]
+
+
+def check(kind, G, W, m, steps, Wn, mn, N):
+    """Save after ``steps`` micro-steps on ``W`` × ``m``; verify on ``Wn`` × ``mn`` with ``N`` workers and
+    compare with real loaders restored there. -> "resumed" or "refused" (both agreeing)."""
+    saving = loader(kind, G, W, m)
+    it = iter(saving)
+    for _ in range(steps):
+        next(it)
+    state = saving.state_dict()
+    verdict = verify_state(state, dataset(kind), world_size=Wn, micro_batch_size=mn, num_workers=N, show=2)
+    try:
+        ranks = [loader(kind, G, Wn, mn, rank=r, N=N) for r in range(Wn)]
+        for r in ranks:
+            r.load_state_dict(state)
+    except datareel.DatareelError as exc:
+        assert not verdict["ok"] and verdict["error"] == {"type": type(exc).__name__, "message": str(exc)}
+        return "refused"
+    assert verdict["ok"], verdict
+    iterators = [iter(r) for r in ranks]
+    A = ranks[0].accumulation_steps
+    for b in range(2):
+        for r, it in enumerate(iterators):
+            keys = [k for _ in range(A) for k in next(it)]
+            assert verdict["next"][b]["ranks"][r] == keys, (b, r)
+    for r in ranks:
+        r.close()
+    return "resumed"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["plain", "mixed", "packed", "windowed"]),
+    G=st.sampled_from([4, 6, 12]),
+    steps=st.integers(0, 9),
+    N=st.sampled_from([0, 1]),
+    data=st.data(),
+)
+def test_verify_says_what_the_loader_does_on_every_topology(kind, G, steps, N, data):
+    W, m = data.draw(st.sampled_from(fitting(G)), label="saved on")
+    Wn, mn = data.draw(st.sampled_from(fitting(G) + [(2, 5)]), label="resumed on")  # (2, 5): never fits
+    check(kind, G, W, m, steps, Wn, mn, N)
+
+
+@pytest.mark.parametrize(
+    "case, outcome",
+    [
+        (("plain", 12, 2, 3, 1, 1, 4, 0), "refused"),  # 6 into global batch 0: 1 × 4 cannot split the rest
+        (("mixed", 12, 2, 3, 1, 3, 2, 1), "resumed"),  # 3 × 2 divides 6, with a worker
+        (("packed", 12, 1, 4, 5, 2, 2, 0), "resumed"),
+        (("packed", 12, 1, 4, 5, 2, 5, 0), "refused"),  # 2 × 5 does not divide 12
+        (("windowed", 12, 2, 2, 3, 3, 2, 0), "resumed"),  # encoder class imported by the name the state holds
+    ],
+)
+def test_verify_on_chosen_topologies(case, outcome):
+    assert check(*case) == outcome
+
+
+def test_a_spec_mismatch_is_reported_with_its_fields():
+    saving = loader("mixed", 12, 2, 3)
+    next(iter(saving))
+    verdict = verify_state(saving.state_dict(), dataset("mixed"), world_size=2, micro_batch_size=2, seed=6)
+    assert not verdict["ok"] and verdict["error"]["type"] == "StateMismatchError"
+    assert verdict["error"]["fields"] == {"seed": {"saved": 5, "now": 6}}
+
+
+def test_the_command_gates_a_launch(tmp_path, capsys):
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(30)))
+    assert main(["prepare", str(path)]) == 0
+    job = datareel.Loader(
+        datareel.open_dataset(path), global_batch_size=8, micro_batch_size=2, world_size=4, rank=0, seed=3
+    )
+    it = iter(job)
+    for _ in range(3):  # 3 micro-steps of 8: global batch 3, at its start
+        next(it)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(job.state_dict()))
+    capsys.readouterr()
+    assert main(["verify", str(state), str(path), "--world-size", "2", "--micro-batch-size", "4", "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    resumed = datareel.Loader(
+        datareel.open_dataset(path),
+        global_batch_size=8,
+        micro_batch_size=4,
+        world_size=2,
+        rank=1,
+        seed=3,
+        task_encoder=Keys(),
+    )
+    resumed.load_state_dict(job.state_dict())
+    assert verdict["ok"] and verdict["next"][0]["global_batch"] == 3
+    assert verdict["next"][0]["ranks"][1] == next(iter(resumed))  # what rank 1 reads first after the restore
+    code = main(["verify", str(state), str(path), "--world-size", "3", "--micro-batch-size", "1"])
+    out = capsys.readouterr().out
+    assert code == 1 and out.startswith("REFUSED on world_size 3 × micro_batch_size 1: TopologyError")
+    code = main(["verify", str(state), str(path), "--world-size", "2", "--micro-batch-size", "4", "--seed", "4"])
+    assert code == 1 and "StateMismatchError" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["verify", str(state), str(path), "--world-size", "2"])  # --micro-batch-size is required
