@@ -84,6 +84,8 @@ def check(kind, G, W, m, steps, Wn, mn, N):
         assert not verdict["ok"] and verdict["error"] == {"type": type(exc).__name__, "message": str(exc)}
         return "refused"
     assert verdict["ok"], verdict
+    if kind in ("plain", "mixed"):  # the cursor counts samples: every one read is some source's
+        assert verdict["inputs_read"] == state["cursor"] == sum(s["read"] for s in verdict["sources"])
     iterators = [iter(r) for r in ranks]
     A = ranks[0].accumulation_steps
     for b in range(2):
@@ -157,6 +159,8 @@ def test_the_command_gates_a_launch(tmp_path, capsys):
     )
     resumed.load_state_dict(job.state_dict())
     assert verdict["ok"] and verdict["next"][0]["global_batch"] == 3
+    (source,) = verdict["sources"]
+    assert (source["read"], source["epoch"], source["offset"], source["size"]) == (24, 0, 24, 30)
     assert verdict["next"][0]["ranks"][1] == next(iter(resumed))  # what rank 1 reads first after the restore
     code = main(["verify", str(state), str(path), "--world-size", "3", "--micro-batch-size", "1"])
     out = capsys.readouterr().out

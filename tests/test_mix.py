@@ -339,3 +339,18 @@ def test_a_hundred_source_mix_is_one_compiled_node_with_nested_mixes_merged():
     plan, leaves = build_plan(blend, seed=3, shuffle=True)
     assert isinstance(plan.root, MixNode) and len(leaves) == 102
     assert len(plan.root.terminals) == 102 and (plan.root.leaf_row >= 0).all()
+
+
+@given(tree=blend_trees(), seed=st.integers(0, 2**16), count=st.integers(0, 4000))
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_consumed_counts_each_sources_share_of_a_reel_prefix_without_resolving_it(tree, seed, count):
+    """What `datareel verify` reports per source (epoch and offset): the leaves' counts among the first
+    `count` positions, computed from the tree, equal counting the resolved positions."""
+    from datareel.plan.nodes import consumed
+
+    plan, leaves = build_plan(tree, seed=seed, shuffle=True)
+    got = consumed(plan.root, count)
+    leaf_ids = plan.resolve(np.arange(count, dtype=np.int64))[0]
+    expected = np.bincount(leaf_ids, minlength=len(leaves))
+    assert [got.get(i, 0) for i in range(len(leaves))] == expected.tolist()
+    assert sum(got.values()) == count

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import DatareelError, OptionError, StateMismatchError
 from ..loader import Loader
+from ..plan.nodes import consumed
 from ..reel.packing import Packing
 from ..reel.windowed import WindowedStage
 
@@ -123,10 +124,24 @@ def verify_state(
             "ok": True,
             "cursor": loader.cursor,
             "accumulation_steps": loader.accumulation_steps,
+            **_per_source(loader),
             "next": _next_keys(loader, world_size, show),
         }
     finally:
         loader.close()
+
+
+def _per_source(loader: Loader) -> dict[str, Any]:
+    """Each source's samples read before the cursor, as (epoch, offset) of its own passes. With packing (or
+    a windowed stage) the cursor is a pack in input window ``w``: the inputs counted are those before it."""
+    pack = loader.reel_cursor.pack
+    inputs = loader.cursor if pack is None else pack[0] * loader.reel.window_size
+    counts = consumed(loader.plan.root, inputs)
+    sources = []
+    for leaf, source in enumerate(loader.sources):
+        n, size = counts.get(leaf, 0), len(source)
+        sources.append({"name": source.name, "size": size, "read": n, "epoch": n // size, "offset": n % size})
+    return {"inputs_read": inputs, "inputs_before_window": None if pack is None else pack[0], "sources": sources}
 
 
 def _next_keys(loader: Loader, world_size: int, show: int) -> list[dict[str, Any]]:
@@ -173,6 +188,14 @@ def format_verdict(verdict: dict[str, Any], world_size: int, micro_batch_size: i
         f"OK on world_size {world_size} × micro_batch_size {micro_batch_size} "
         f"({verdict['accumulation_steps']} accumulation steps): resumes at {verdict['cursor']:,}"
     ]
+    window = verdict["inputs_before_window"]
+    where = "before the cursor" if window is None else f"before input window {window:,} (the next pack's)"
+    lines.append(f"samples read {where}: {verdict['inputs_read']:,}")
+    for source in verdict["sources"]:
+        lines.append(
+            f"  {source['name']}: {source['read']:,} = epoch {source['epoch']:,}, sample {source['offset']:,} "
+            f"of {source['size']:,}"
+        )
     for batch in verdict["next"]:
         lines.append(f"global batch {batch['global_batch']:,}:")
         for rank, keys in enumerate(batch["ranks"]):

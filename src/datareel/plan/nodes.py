@@ -175,6 +175,34 @@ def compile_mix(root: SplitNode) -> SplitNode | MixNode:
 Node = LeafNode | SplitNode | ConcatNode | MixNode
 
 
+def consumed(node: Node, count: int) -> dict[int, int]:
+    """How many of ``node``'s first ``count`` counters each leaf received: ``{leaf id: counters}``.
+
+    Exact and O(nodes), without resolving a position: a split's left child gets the first
+    ``left_count(count)`` of its counters (the rest go right, in order), a concat's child ``c`` gets
+    ``E n_c`` plus its part of the last pass, a leaf gets them all. A leaf's counters are its epochs back
+    to back, so ``divmod(counters, size)`` is its (epoch, offset)."""
+    out: dict[int, int] = {}
+    stack: list[tuple[Node, int]] = [(node, count)]
+    while stack:
+        here, n = stack.pop()
+        if isinstance(here, MixNode):
+            stack.append((here.root, n))
+        elif isinstance(here, LeafNode):
+            out[here.leaf] = out.get(here.leaf, 0) + n
+        elif isinstance(here, SplitNode):
+            left = (2 * n * here.a + here.b) // (2 * here.b)  # left_count(n), in exact Python integers
+            stack += [(here.left, left), (here.right, n - left)]
+        else:
+            total = sum(here.sizes)
+            passes, rest = divmod(n, total)
+            start = 0
+            for child, size in zip(here.children, here.sizes):
+                stack.append((child, passes * size + min(max(rest - start, 0), size)))
+                start += size
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReelPlan:
     """The order of a whole reel: ``root`` and the length of one pass (``None``: endless)."""
