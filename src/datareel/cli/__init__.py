@@ -90,6 +90,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--no-repeat", action="store_true", help="the job's loader had repeat=False")
     verify.add_argument("--json", action="store_true", help="print JSON instead of text")
+    preview = commands.add_parser(
+        "preview", help="show samples of a dataset: fields, types, shapes, text excerpts; save its images"
+    )
+    preview.add_argument("dataset", help="a prepared directory or a .jsonl file")
+    preview.add_argument("--index", type=int, action="append", default=[], help="sample index (repeatable)")
+    preview.add_argument("--key", default=None, help="the sample with this key (scans the dataset)")
+    preview.add_argument("--count", type=int, default=3, help="samples from the start when no --index / --key")
+    preview.add_argument("--split", default="train", help="split of a prepared directory (default train)")
+    preview.add_argument("--decode", action="store_true", help="decode parts as the loader does (images as PIL)")
+    preview.add_argument("--out", default=None, help="folder for the image parts and a contact sheet")
+    preview.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
@@ -201,4 +212,20 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             else format_verdict(verdict, args.world_size, args.micro_batch_size)
         )
         return 0 if verdict["ok"] else 1
+    if args.command == "preview":
+        from ..blend import Blend, open_dataset
+        from .preview import format_preview, pick, preview
+
+        if args.count < 1:
+            parser.error(f"--count={args.count} must be at least 1")
+        source = open_dataset(args.dataset, split=args.split, decode=args.decode, image_decode="pil")
+        if isinstance(source, Blend):
+            raise DatareelError(f"{args.dataset} is a blend; preview one of its datasets (give that dataset's path)")
+        chosen = pick(source, args.index, args.key, args.count)
+        shown, written = preview(source, chosen, Path(args.out) if args.out else None)
+        if args.json:
+            print(json.dumps({"samples": shown, "written": [str(p) for p in written]}, indent=2))
+        else:
+            print(format_preview(source.name, shown, written))
+        return 0
     return 2

@@ -1,0 +1,149 @@
+"""``datareel preview DATASET``: look at samples: each field's type, shape and an excerpt; images saved.
+
+Samples are picked by index (``--index``, several allowed), by key (``--key``: a scan with a progress
+bar, stopping at the first match), or the first ``--count``. Raw parts stay bytes unless ``--decode``
+(then as the loader decodes them; images as PIL images). ``--out DIR`` saves each image part as a file
+and, for more than one image, a contact sheet ``contact.png`` (thumbnails in a grid, captioned by key).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DatareelError
+
+EXCERPT = 80
+"""Characters of text shown per field."""
+THUMB = 128
+"""Contact-sheet thumbnail size in pixels."""
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif")
+
+
+def pick(source: Any, indices: list[int], key: str | None, count: int, progress: bool = True) -> list[int]:
+    """The sample indices to show."""
+    n = len(source)
+    if key is not None:
+        from tqdm import tqdm
+
+        for i in tqdm(range(n), unit="sample", desc=f"looking for key {key!r}", disable=not progress, leave=False):
+            if source.key(i) == key:
+                return [i]
+        raise DatareelError(f"no sample of {source.name} ({n:,} samples) has key {key!r}")
+    for i in indices:
+        if not 0 <= i < n:
+            raise DatareelError(f"--index {i} is out of range: {source.name} holds {n:,} samples (0 to {n - 1})")
+    return indices or list(range(min(count, n)))
+
+
+def describe(value: Any) -> tuple[str, str]:
+    """``(type, summary)`` of one field: shape and dtype for arrays, an excerpt for text and bytes."""
+    kind = type(value).__name__
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return kind, f"{str(value.dtype).replace('torch.', '')} {list(value.shape)}"
+    if hasattr(value, "size") and hasattr(value, "mode"):  # a PIL image
+        return kind, f"{value.mode} {value.size[0]}×{value.size[1]}"
+    if isinstance(value, (bytes, bytearray)):
+        text = _text(bytes(value))
+        return kind, f"{len(value):,} bytes" + (f": {text}" if text is not None else "")
+    if isinstance(value, str):
+        return kind, repr(_excerpt(value)) + (f" ({len(value):,} chars)" if len(value) > EXCERPT else "")
+    return kind, _excerpt(repr(value))
+
+
+def _text(data: bytes) -> str | None:
+    try:
+        text = data[: EXCERPT * 4].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return repr(_excerpt(text)) if text.isprintable() or "\n" in text else None
+
+
+def _excerpt(text: str) -> str:
+    flat = text.replace("\n", "⏎")
+    return flat[:EXCERPT] + ("…" if len(flat) > EXCERPT else "")
+
+
+def as_image(name: str, value: Any) -> Any:
+    """A PIL image of a field, or ``None``: PIL images, image bytes by extension, HWC / CHW arrays."""
+    from PIL import Image
+
+    if hasattr(value, "mode") and hasattr(value, "save"):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        if name.rpartition(".")[2].lower() not in IMAGE_EXTENSIONS:
+            return None
+        try:
+            return Image.open(io.BytesIO(value)).convert("RGB")
+        except Exception:
+            return None
+    if hasattr(value, "shape") and len(value.shape) == 3:
+        array = np.asarray(value.detach().cpu() if hasattr(value, "detach") else value)
+        if array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3):
+            array = array.transpose(1, 2, 0)  # CHW -> HWC
+        if array.shape[-1] not in (1, 3):
+            return None
+        if array.dtype != np.uint8:
+            array = (np.clip(array, 0.0, 1.0) * 255).round().astype(np.uint8)  # float images in [0, 1]
+        return Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
+    return None
+
+
+def preview(source: Any, indices: list[int], out: Path | None) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Each sample's fields (``{"index", "key", "fields": [[name, type, summary], ...]}``) and the image files
+    written under ``out`` (the contact sheet last)."""
+    shown, written, thumbs = [], [], []
+    for i in indices:
+        sample = source.read(i)
+        fields = sample.items() if isinstance(sample, dict) else vars(sample).items()
+        key = str(sample.get("__key__", i)) if isinstance(sample, dict) else str(getattr(sample, "__key__", i))
+        rows = []
+        for name, value in fields:
+            rows.append([name, *describe(value)])
+            image = as_image(name, value) if out is not None and not name.startswith("__") else None
+            if image is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                path = out / f"{i:06d}-{name.replace('/', '_')}.png"
+                image.save(path)
+                written.append(path)
+                thumbs.append((key, image))
+        shown.append({"index": i, "key": key, "fields": rows})
+    if out is not None and len(thumbs) > 1:
+        written.append(contact_sheet(thumbs, out / "contact.png"))
+    return shown, written
+
+
+def contact_sheet(images: list[tuple[str, Any]], path: Path) -> Path:
+    """Thumbnails in a grid (up to 8 per row), each captioned with its sample key."""
+    from PIL import Image, ImageDraw
+
+    columns = min(8, len(images))
+    rows = -(-len(images) // columns)
+    sheet = Image.new("RGB", (columns * THUMB, rows * (THUMB + 14)), "white")
+    draw = ImageDraw.Draw(sheet)
+    for n, (key, image) in enumerate(images):
+        thumb = image.convert("RGB")
+        scale = THUMB / max(thumb.size)  # small images are enlarged (nearest pixel), large ones shrunk
+        size = (max(1, round(thumb.width * scale)), max(1, round(thumb.height * scale)))
+        thumb = thumb.resize(size, Image.NEAREST if scale > 1 else Image.BILINEAR)
+        x, y = (n % columns) * THUMB, (n // columns) * (THUMB + 14)
+        sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
+        draw.text((x + 2, y + THUMB), key[:20], fill="black")
+    sheet.save(path)
+    return path
+
+
+def format_preview(source_name: str, shown: list[dict[str, Any]], written: list[Path]) -> str:
+    lines = []
+    for sample in shown:
+        lines.append(f"sample {sample['index']:,} (key {sample['key']!r}) of {source_name}:")
+        width = max(len(name) for name, _, _ in sample["fields"])
+        for name, kind, summary in sample["fields"]:
+            lines.append(f"  {name:<{width}}  {kind:<10} {summary}")
+    if written:
+        lines.append(f"wrote {len(written)} image file(s): {', '.join(str(p) for p in written[:4])}"
+                     + (", ..." if len(written) > 4 else ""))  # fmt: skip
+    return "\n".join(lines)
