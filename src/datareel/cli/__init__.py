@@ -101,6 +101,19 @@ def _parser() -> argparse.ArgumentParser:
     preview.add_argument("--decode", action="store_true", help="decode parts as the loader does (images as PIL)")
     preview.add_argument("--out", default=None, help="folder for the image parts and a contact sheet")
     preview.add_argument("--json", action="store_true", help="print JSON instead of text")
+    plot = commands.add_parser(
+        "plot", help="draw each source's share of the global batches, its epochs and the pack fill (needs [plot])"
+    )
+    plot.add_argument("dataset", help="a prepared directory, a .jsonl file or a metadataset YAML")
+    plot.add_argument("--global-batch-size", type=int, required=True)
+    plot.add_argument("--steps", type=int, required=True, help="global batches to walk")
+    plot.add_argument("--out", required=True, help="the PNG to write")
+    plot.add_argument("--seed", type=int, default=0)
+    plot.add_argument("--split", default="train", help="split of a prepared directory (default train)")
+    plot.add_argument("--max-length", type=int, default=None, help="with packing: datareel.Packing(max_length=...)")
+    plot.add_argument("--length", default="index", help="with packing: index (default) or bytes")
+    plot.add_argument("--window", type=int, default=None, help="with packing: the planning window")
+    plot.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
@@ -227,5 +240,35 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             print(json.dumps({"samples": shown, "written": [str(p) for p in written]}, indent=2))
         else:
             print(format_preview(source.name, shown, written))
+        return 0
+    if args.command == "plot":
+        from ..blend import open_dataset
+        from ..loader import Loader
+        from ..reel.packing import Packing
+        from .plot import draw, stream_shares
+        from .verify import _KeysOnly
+
+        if args.steps < 1:
+            parser.error(f"--steps={args.steps} must be at least 1")
+        packing = None
+        if args.max_length is not None:
+            extra = {} if args.window is None else {"window": args.window}
+            packing = Packing(max_length=args.max_length, length=args.length, **extra)
+        loader = Loader(
+            open_dataset(args.dataset, split=args.split),
+            global_batch_size=args.global_batch_size,
+            micro_batch_size=args.global_batch_size,
+            world_size=1,
+            rank=0,
+            seed=args.seed,
+            packing=packing,
+            task_encoder=_KeysOnly() if packing is not None else None,
+        )
+        shares = stream_shares(loader, args.steps, progress=not args.quiet)
+        draw(shares, Path(args.out), Path(args.dataset).name)
+        totals = shares["counts"].sum(axis=0) / max(int(shares["counts"].sum()), 1)
+        for name, got, want in zip(shares["sources"], totals.tolist(), shares["target"].tolist()):
+            print(f"{name}: {got:.4f} of {shares['counts'].shape[0]:,} global batches (target {want:.4f})")
+        print(f"wrote {args.out}")
         return 0
     return 2

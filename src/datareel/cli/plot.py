@@ -1,0 +1,112 @@
+"""``datareel plot DATASET --global-batch-size G --steps S --out FILE.png``: the stream, drawn.
+
+One figure: each source's share of the global batches against its target (cumulative, and per window of
+batches), each source's epoch boundaries, and with packing the fill of the packs. The numbers come from
+the reel itself (the loader's plan, laid out as one rank reading whole global batches): no sample is
+read, except lengths for packing. matplotlib is an optional extra (``pip install 'datareel[plot]'``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DatareelError
+from ..loader import Loader
+from ..plan.nodes import consumed
+from ..sources.lengths import lengths_of
+
+EPOCH_LINES = 30
+"""Epoch boundaries drawn per source at most (a source cycling faster is only counted in the legend)."""
+LONG_RUN = 10**15
+"""Positions over which the target share of each source is taken (exact integer counts)."""
+
+
+def stream_shares(loader: Loader, steps: int, progress: bool = True) -> dict[str, Any]:
+    """Per global batch ``b < steps`` (fewer if a finite reel ends): samples of each source
+    (``counts`` int64[b, n]), each source's target share (float[n]), the global batches where a
+    source starts a new epoch, and with packing the fill of each batch's packs (float[b])."""
+    from tqdm import tqdm
+
+    n = len(loader.sources)
+    if loader.layout.accumulation_steps != 1 or loader.layout.world_size != 1:
+        raise DatareelError("internal: stream_shares reads one rank with micro_batch_size = global_batch_size")
+    packing = loader.packing
+    counts = np.zeros((steps, n), dtype=np.int64)  # (S, n)
+    fill = np.zeros(steps) if packing is not None else None
+    stream = loader.reel.stream(loader.reel_cursor, loader.layout, 0)
+    done = 0
+    for b in tqdm(range(steps), unit="batch", desc="walking the reel", disable=not progress, leave=False):
+        step = next(stream, None)
+        if step is None:
+            break
+        d = step.descriptor
+        done = b + 1
+        if d is None:
+            continue
+        counts[b] = np.bincount(d.source_ids, minlength=n)
+        if fill is not None and packing is not None:
+            lengths = np.empty(len(d.indices), dtype=np.int64)
+            for s in np.unique(d.source_ids).tolist():
+                mask = d.source_ids == s
+                lengths[mask] = lengths_of(loader.sources[s], d.indices[mask], packing.length)
+            packs = len(d.pack_sizes) if d.pack_sizes is not None else len(lengths)
+            fill[b] = np.minimum(lengths, packing.max_length).sum() / (packs * packing.max_length)
+    counts = counts[:done]
+    long_run = consumed(loader.plan.root, LONG_RUN)
+    target = np.array([long_run.get(s, 0) / LONG_RUN for s in range(n)])
+    sizes = np.array([len(source) for source in loader.sources], dtype=np.int64)  # (n,)
+    epochs = np.cumsum(counts, axis=0) // sizes  # (b, n): completed passes after each batch
+    starts = {loader.sources[s].name: (np.flatnonzero(np.diff(epochs[:, s], prepend=0) > 0)).tolist() for s in range(n)}
+    return {
+        "sources": [source.name for source in loader.sources],
+        "counts": counts,
+        "target": target,
+        "epoch_starts": starts,  # global batches after which a source has begun a new pass
+        "fill": None if fill is None else fill[:done],
+    }
+
+
+def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
+    """The figure of :func:`stream_shares`'s numbers, as a PNG at ``out``."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise DatareelError("datareel plot needs matplotlib: pip install 'datareel[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts, target = shares["counts"], shares["target"]
+    batches = np.arange(1, len(counts) + 1)
+    cumulative = np.cumsum(counts, axis=0) / np.maximum(np.cumsum(counts.sum(axis=1)), 1)[:, None]  # (b, n)
+    window = max(1, len(counts) // 50)
+    kernel = np.ones(window)
+    per_window = np.stack([np.convolve(c, kernel, "valid") for c in counts.T], axis=1)  # (b - w + 1, n)
+    per_window = per_window / np.maximum(per_window.sum(axis=1, keepdims=True), 1)
+    rows = 3 if shares["fill"] is not None else 2
+    fig, axes = plt.subplots(rows, 1, figsize=(10, 3.2 * rows), sharex=True, squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for s, name in enumerate(shares["sources"]):
+        color = colors[s % len(colors)]
+        starts = shares["epoch_starts"][name]
+        axes[0, 0].plot(batches, cumulative[:, s], color=color, label=f"{name} ({len(starts)} new epochs)")
+        axes[0, 0].axhline(target[s], color=color, linestyle="--", linewidth=0.8)
+        for b in starts if len(starts) <= EPOCH_LINES else []:  # more would hide the curves: the legend counts them
+            axes[0, 0].axvline(b + 1, color=color, linestyle=":", linewidth=0.8)
+        axes[1, 0].plot(batches[window - 1 :], per_window[:, s], color=color)
+        axes[1, 0].axhline(target[s], color=color, linestyle="--", linewidth=0.8)
+    axes[0, 0].set_ylabel("share, cumulative")
+    axes[0, 0].set_title(f"{title}\nshare of each source (dashed: its target; dotted: it begins a new epoch)")
+    axes[0, 0].legend(loc="upper right", fontsize="small", ncol=min(4, len(shares["sources"])))
+    axes[1, 0].set_ylabel("share per batch" if window == 1 else f"share per {window} batches")
+    if shares["fill"] is not None:
+        axes[2, 0].plot(batches, shares["fill"], color="black")
+        axes[2, 0].set_ylabel("pack fill")
+        axes[2, 0].set_ylim(0, 1.05)
+    axes[-1, 0].set_xlabel("global batch")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
