@@ -169,3 +169,40 @@ def test_the_command_gates_a_launch(tmp_path, capsys):
     assert code == 1 and "StateMismatchError" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["verify", str(state), str(path), "--world-size", "2"])  # --micro-batch-size is required
+
+
+@pytest.mark.parametrize("container", ["torch.save", "dcp"])
+def test_verify_reads_checkpoints_and_refuses_damaged_or_foreign_ones(tmp_path, capsys, container):
+    import warnings
+
+    import torch
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(30)))
+    assert main(["prepare", str(path)]) == 0
+    job = datareel.Loader(
+        datareel.open_dataset(path), global_batch_size=8, micro_batch_size=4, world_size=2, rank=0, seed=3
+    )
+    it = iter(job)
+    next(it)
+    ckpt = tmp_path / "ckpt"
+    if container == "torch.save":
+        torch.save({"model": {"w": torch.ones(1)}, "loader": job.state_dict()}, ckpt)
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save({"loader": job, "w": torch.ones(1)}, checkpoint_id=str(ckpt))
+    capsys.readouterr()
+    assert main(["verify", str(ckpt), str(path), "--world-size", "4", "--micro-batch-size", "2"]) == 0
+    assert capsys.readouterr().out.startswith("OK on world_size 4 × micro_batch_size 2 (1 accumulation steps)")
+    edited = tmp_path / "edited.pt"
+    torch.save({"loader": {**job.state_dict(), "cursor": 12}}, edited)
+    assert main(["verify", str(edited), str(path), "--world-size", "2", "--micro-batch-size", "4"]) == 1
+    assert "does not match its cursor=12" in capsys.readouterr().out
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"loader": {"worker_states": [], "micro_batch_size": 4}}, foreign)
+    assert main(["verify", str(foreign), str(path), "--world-size", "2", "--micro-batch-size", "4"]) == 1
+    assert "Megatron-Energon loader state" in capsys.readouterr().err
+    job.close()
