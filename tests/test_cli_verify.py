@@ -133,16 +133,27 @@ def test_a_spec_mismatch_is_reported_with_its_fields():
     assert verdict["error"]["fields"] == {"seed": {"saved": 5, "now": 6}}
 
 
-def test_the_command_gates_a_launch(tmp_path, capsys):
+def jsonl_job(tmp_path, micro_batch_size, world_size, steps):
+    """A prepared 30-line JSONL file and a loader on it (G = 8, seed 3) after ``steps`` micro-steps."""
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(30)))
     assert main(["prepare", str(path)]) == 0
     job = datareel.Loader(
-        datareel.open_dataset(path), global_batch_size=8, micro_batch_size=2, world_size=4, rank=0, seed=3
+        datareel.open_dataset(path),
+        global_batch_size=8,
+        micro_batch_size=micro_batch_size,
+        world_size=world_size,
+        rank=0,
+        seed=3,
     )
     it = iter(job)
-    for _ in range(3):  # 3 micro-steps of 8: global batch 3, at its start
+    for _ in range(steps):
         next(it)
+    return path, job
+
+
+def test_the_command_gates_a_launch(tmp_path, capsys):
+    path, job = jsonl_job(tmp_path, 2, 4, 3)  # 3 micro-steps of 8: global batch 3, at its start
     state = tmp_path / "state.json"
     state.write_text(json.dumps(job.state_dict()))
     capsys.readouterr()
@@ -177,14 +188,7 @@ def test_verify_reads_checkpoints_and_refuses_damaged_or_foreign_ones(tmp_path, 
 
     import torch
 
-    path = tmp_path / "docs.jsonl"
-    path.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(30)))
-    assert main(["prepare", str(path)]) == 0
-    job = datareel.Loader(
-        datareel.open_dataset(path), global_batch_size=8, micro_batch_size=4, world_size=2, rank=0, seed=3
-    )
-    it = iter(job)
-    next(it)
+    path, job = jsonl_job(tmp_path, 4, 2, 1)
     ckpt = tmp_path / "ckpt"
     if container == "torch.save":
         torch.save({"model": {"w": torch.ones(1)}, "loader": job.state_dict()}, ckpt)
