@@ -183,3 +183,29 @@ def test_damaged_and_foreign_files_are_refused_naming_why(tmp_path, capsys):
     assert code == 1 and "not a torch.distributed.checkpoint directory" in err
     code, _, err = run(capsys, tmp_path / "missing.json")
     assert code == 1 and "no such file" in err
+
+
+def test_with_the_dataset_inspect_gives_each_sources_epoch_and_offset(tmp_path, capsys):
+    for name, n in (("a", 12), ("b", 5)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(f'{{"i": {i}}}\n' for i in range(n)))
+        assert main(["prepare", str(tmp_path / f"{name}.jsonl")]) == 0
+    blend = tmp_path / "mix.yaml"
+    blend.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        "      - weight: 2\n        path: a.jsonl\n      - weight: 1\n        path: b.jsonl\n"
+    )
+    job = datareel.Loader(datareel.open_dataset(blend), global_batch_size=6, micro_batch_size=3, world_size=1, seed=1)
+    it = iter(job)
+    for _ in range(9):  # 27 samples: 18 of a (a new epoch every 12) and 9 of b (every 5)
+        next(it)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(job.state_dict()))
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--dataset", str(blend), "--json"]) == 0
+    per_source = json.loads(capsys.readouterr().out)["per_source"]
+    got = {s["name"]: (s["read"], s["epoch"], s["offset"]) for s in per_source["sources"]}
+    assert per_source["inputs_read"] == 27 and sorted(got.values()) == [(9, 1, 4), (18, 1, 6)]
+    other = tmp_path / "other.yaml"
+    other.write_text(blend.read_text().replace("weight: 1", "weight: 3"))
+    code = main(["inspect", str(path), "--dataset", str(other)])
+    assert code == 1 and "does not belong to" in capsys.readouterr().err

@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         "state", help="a JSON file, a torch.save file holding the state, or a DCP checkpoint directory"
     )
     inspect.add_argument("--key", default=None, help="dotted key of the state in the file, e.g. loader or extra.0.data")
+    inspect.add_argument(
+        "--dataset", default=None, help="the job's dataset: also each source's epoch and offset at the cursor"
+    )
+    inspect.add_argument("--split", default="train", help="with --dataset: split of a prepared directory")
+    inspect.add_argument("--name", default=None, help="with --dataset: the name the job gave open_dataset, if any")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     verify = commands.add_parser(
         "verify",
@@ -197,6 +202,21 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         state, where = load_state_file(args.state, args.key)
         described = {"file": str(args.state), "key": where, **describe_state(state)}
+        if args.dataset is not None:
+            from ..blend import open_dataset
+            from .verify import verify_state
+
+            verdict = verify_state(  # one rank reading the rest of the global batch at once: always fits
+                state,
+                open_dataset(args.dataset, split=args.split, name=args.name),
+                world_size=1,
+                micro_batch_size=described["resume"]["step_must_divide"],
+                show=1,
+            )
+            if not verdict["ok"]:
+                error = verdict["error"]
+                raise DatareelError(f"the state does not belong to {args.dataset}: {error['type']}: {error['message']}")
+            described["per_source"] = {k: verdict[k] for k in ("inputs_read", "inputs_before_window", "sources")}
         print(json.dumps(described, indent=2) if args.json else format_description(described))
         return 1 if described["check"].startswith("MISMATCH") else 0  # a state that was edited or spliced
     if args.command == "verify":
