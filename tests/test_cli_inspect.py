@@ -150,7 +150,7 @@ def test_the_topologies_listed_are_exactly_those_the_loader_accepts(tmp_path_fac
 
 
 def test_damaged_and_foreign_files_are_refused_naming_why(tmp_path, capsys):
-    state = saved("plain").state_dict()
+    state, other = saved("plain").state_dict(), saved("mixed").state_dict()
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps({**state, "cursor": state["cursor"] + 1}))
     code, out, _ = run(capsys, edited)
@@ -158,7 +158,7 @@ def test_damaged_and_foreign_files_are_refused_naming_why(tmp_path, capsys):
 
     cases = {
         "model only": ({"model": torch.ones(2)}, "holds no datareel loader state"),
-        "two states": ({"a": state, "b": {"x": [state]}}, r"2 datareel loader states, at \['a', 'b.x.0'\]"),
+        "two states": ({"a": state, "b": {"x": [other]}}, r"2 datareel loader states, at \['a', 'b.x.0'\]"),
         "energon": ({"loader": {"worker_states": [], "micro_batch_size": 2}}, "Megatron-Energon loader state"),
         "version 2": ({**state, "version": 2}, "state version 2"),
     }
@@ -209,3 +209,37 @@ def test_with_the_dataset_inspect_gives_each_sources_epoch_and_offset(tmp_path, 
     other.write_text(blend.read_text().replace("weight: 1", "weight: 3"))
     code = main(["inspect", str(path), "--dataset", str(other)])
     assert code == 1 and "does not belong to" in capsys.readouterr().err
+
+
+class Evil:
+    """Unpickling it would run a shell command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_dcp_checkpoint_is_read_without_unpickling_objects_or_tensors(tmp_path, capsys):
+    import torch.distributed.checkpoint as dcp
+
+    loader = saved("plain")
+    marker = tmp_path / "PWNED"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"loader": loader, "extra": Evil(marker), "w": torch.ones(10)}, checkpoint_id=str(tmp_path / "c"))
+    code, out, _ = run(capsys, tmp_path / "c", "--json")
+    assert code == 0 and json.loads(out)["cursor"] == loader.state_dict()["cursor"]
+    assert not marker.exists()  # the pickled object was never loaded
+
+
+def test_copies_of_one_state_are_one_state(tmp_path, capsys):
+    state = saved("plain").state_dict()
+    torch.save([state, state, state], tmp_path / "ranks.pt")  # Energon's facade saves one per rank
+    (tmp_path / "ranks.json").write_text(json.dumps([state, state]))
+    for name in ("ranks.pt", "ranks.json"):
+        code, out, _ = run(capsys, tmp_path / name, "--json")
+        assert code == 0 and json.loads(out)["key"] == "0", name

@@ -48,7 +48,7 @@ def test_the_shares_epochs_and_fill_are_the_reels():
     for s, name in enumerate(names):  # a new pass of source s begins after each batch where it passes k·size
         size = {"a": 23, "b": 9, "c": 5}[name]
         crossed = [b for b in range(S) if cumulative[b, s] // size > (cumulative[b - 1, s] if b else 0) // size]
-        assert shares["epoch_starts"][name] == crossed and crossed
+        assert shares["epoch_starts"][s] == crossed and crossed
 
     packed = dict(global_batch_size=4, micro_batch_size=4, seed=4, task_encoder=Packs())
     packing = Packing(max_length=12, length=lengths, window=6)
@@ -91,3 +91,11 @@ def test_the_command_and_a_missing_matplotlib(tmp_path, capsys, monkeypatch):
     loader = datareel.Loader(mixed(), global_batch_size=10, micro_batch_size=10, seed=4)
     with pytest.raises(DatareelError, match=r"pip install 'datareel\[plot\]'"):
         draw(stream_shares(loader, 3, False), Path(tmp_path / "x.png"), "x")
+
+
+def test_two_sources_of_one_name_keep_their_own_epochs():
+    small = datareel.from_sequence(list(range(7)), name="a")
+    large = datareel.from_sequence(list(range(50)), name="a")
+    loader = datareel.Loader(datareel.mix([(small, 1), (large, 1)]), global_batch_size=4, micro_batch_size=4, seed=1)
+    shares = stream_shares(loader, 20, False)  # 40 samples each: 5 new epochs of the small one, none of the large
+    assert len(shares["epoch_starts"][0]) == 5 and shares["epoch_starts"][1] == []

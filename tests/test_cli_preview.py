@@ -72,3 +72,18 @@ def test_bad_choices_are_refused(shards, tmp_path, capsys):
     )
     code, _, err = run(capsys, yaml_path)
     assert code == 1 and "is a blend" in err
+
+
+def test_typed_samples_and_jsonl(tmp_path, capsys):
+    build_shards(tmp_path, shard_sizes=(2,), long_names=False)
+    prepare_webdataset(tmp_path, sample_type="CaptioningSample", field_map={"image": "png", "caption": "txt"},
+                       progress=False)  # fmt: skip
+    code, out, _ = run(capsys, tmp_path, "--decode", "--index", 1, "--json")
+    fields = {name: kind for name, kind, _ in json.loads(out)["samples"][0]["fields"]}
+    assert code == 0 and fields["caption"] == "str" and fields["image"] == "Image" and "__key__" in fields
+    lines = tmp_path / "docs.jsonl"
+    lines.write_text('{"text": "first"}\n{"text": "second"}\n')
+    assert main(["prepare", str(lines)]) == 0
+    capsys.readouterr()
+    code, out, _ = run(capsys, lines, "--index", 1)
+    assert code == 0 and "second" in out

@@ -210,3 +210,24 @@ def test_verify_reads_checkpoints_and_refuses_damaged_or_foreign_ones(tmp_path, 
     assert main(["verify", str(foreign), str(path), "--world-size", "2", "--micro-batch-size", "4"]) == 1
     assert "Megatron-Energon loader state" in capsys.readouterr().err
     job.close()
+
+
+class Truncating(Keys):
+    def truncate_sample(self, sample, max_length):
+        return sample
+
+
+def test_truncating_packing_and_the_end_of_a_finite_pass():
+    common = dict(global_batch_size=4, micro_batch_size=2, world_size=2, rank=0, seed=5, task_encoder=Truncating())
+    packing = Packing(max_length=4, length=length_of, window=6, over_length="truncate")  # lengths go up to 6
+    job = datareel.Loader(dataset("plain"), packing=packing, **common)
+    next(iter(job))
+    verdict = verify_state(job.state_dict(), dataset("plain"), world_size=1, micro_batch_size=2)
+    assert verdict["ok"], verdict  # the stand-in encoder truncates too
+    packing = Packing(max_length=8, length=length_of, window=16)
+    job = datareel.Loader(dataset("plain"), packing=packing, repeat=False, **common)
+    for _ in job:  # the whole finite pass
+        pass
+    verdict = verify_state(job.state_dict(), dataset("plain"), world_size=1, micro_batch_size=4, repeat=False)
+    (source,) = verdict["sources"]
+    assert verdict["ok"] and (source["read"], source["epoch"], source["offset"]) == (40, 1, 0)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,8 @@ def load_state_file(path: str | os.PathLike[str], key: str | None = None) -> tup
             f"{path} holds no datareel loader state (a dict with format={FORMAT!r}); top-level keys: {keys}. "
             f"Save loader.state_dict(), or a dict holding it"
         )
+    if len(found) > 1 and all(state == found[0][1] for _, state in found):
+        return found[0][1], found[0][0]  # copies of one state (Energon's facade saves one per rank)
     if len(found) > 1:
         raise DatareelError(
             f"{path} holds {len(found)} datareel loader states, at {[k or '<root>' for k, _ in found]}; "
@@ -63,23 +64,52 @@ def _read(path: Path) -> Any:
                 f"{path} is a directory without .metadata: not a torch.distributed.checkpoint directory; give a "
                 f"DCP checkpoint directory, a JSON file or a torch.save file"
             )
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-        with tempfile.TemporaryDirectory(prefix="datareel-inspect-") as tmp:
-            target = Path(tmp) / "state.pt"
-            try:
-                dcp_to_torch_save(path, target)
-            except Exception as exc:
-                raise DatareelError(f"{path}: the DCP checkpoint cannot be read: {type(exc).__name__}: {exc}") from None
-            return _torch_load(target, path)
+        return _read_dcp(path)
     with open(path, "rb") as f:
         head = f.read(64).lstrip()
-    if head.startswith(b"{"):
+    if head.startswith((b"{", b"[")):
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             raise DatareelError(f"{path} starts like JSON but is not JSON: {exc}") from None
     return _torch_load(path, path)
+
+
+UNREADABLE = "<not read: not plain data (weights_only)>"
+"""What a DCP entry that is not plain data (a pickled object) is replaced with: never unpickled."""
+
+
+def _read_dcp(path: Path) -> Any:
+    """The non-tensor entries of a DCP checkpoint, nested as saved, each loaded ``weights_only`` (an entry
+    that is not plain data becomes :data:`UNREADABLE`); tensors are neither read nor allocated."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    class PlainEntries(_EmptyStateDictLoadPlanner):  # type: ignore[misc]
+        """torch's own planner for state dicts rebuilt from metadata, but DCP's non-tensor entries are
+        unpickled with ``weights_only=False`` there (code from the file): here they are not."""
+
+        def load_bytes(self, read_item: Any, value: Any) -> None:
+            try:
+                loaded = torch.load(value, weights_only=True)
+            except Exception:
+                loaded = UNREADABLE
+            from torch.distributed.checkpoint._nested_dict import set_element
+
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+
+    try:
+        reader = FileSystemReader(path)
+        metadata = reader.read_metadata()
+        plain = [k for k, v in metadata.state_dict_metadata.items() if isinstance(v, BytesStorageMetadata)]
+        content: dict[str, Any] = {}
+        _load_state_dict(content, storage_reader=reader, planner=PlainEntries(keys=set(plain)), no_dist=True)
+    except Exception as exc:
+        raise DatareelError(f"{path}: the DCP checkpoint cannot be read: {type(exc).__name__}: {exc}") from None
+    return content
 
 
 def _torch_load(path: Path, shown: Path) -> Any:

@@ -59,12 +59,12 @@ def stream_shares(loader: Loader, steps: int, progress: bool = True) -> dict[str
     target = np.array([long_run.get(s, 0) / LONG_RUN for s in range(n)])
     sizes = np.array([len(source) for source in loader.sources], dtype=np.int64)  # (n,)
     epochs = np.cumsum(counts, axis=0) // sizes  # (b, n): completed passes after each batch
-    starts = {loader.sources[s].name: (np.flatnonzero(np.diff(epochs[:, s], prepend=0) > 0)).tolist() for s in range(n)}
+    starts = [np.flatnonzero(np.diff(epochs[:, s], prepend=0) > 0).tolist() for s in range(n)]  # by source
     return {
         "sources": [source.name for source in loader.sources],
         "counts": counts,
         "target": target,
-        "epoch_starts": starts,  # global batches after which a source has begun a new pass
+        "epoch_starts": starts,  # per source: global batches after which it has begun a new pass
         "fill": None if fill is None else fill[:done],
     }
 
@@ -90,7 +90,7 @@ def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for s, name in enumerate(shares["sources"]):
         color = colors[s % len(colors)]
-        starts = shares["epoch_starts"][name]
+        starts = shares["epoch_starts"][s]
         axes[0, 0].plot(batches, cumulative[:, s], color=color, label=f"{name} ({len(starts)} new epochs)")
         axes[0, 0].axhline(target[s], color=color, linestyle="--", linewidth=0.8)
         for b in starts if len(starts) <= EPOCH_LINES else []:  # more would hide the curves: the legend counts them

@@ -98,8 +98,8 @@ def preview(source: Any, indices: list[int], out: Path | None) -> tuple[list[dic
     shown, written, thumbs = [], [], []
     for i in indices:
         sample = source.read(i)
-        fields = sample.items() if isinstance(sample, dict) else vars(sample).items()
-        key = str(sample.get("__key__", i)) if isinstance(sample, dict) else str(getattr(sample, "__key__", i))
+        fields = _fields(sample)
+        key = str(dict(fields).get("__key__", i))
         rows = []
         for name, value in fields:
             rows.append([name, *describe(value)])
@@ -114,6 +114,17 @@ def preview(source: Any, indices: list[int], out: Path | None) -> tuple[list[dic
     if out is not None and len(thumbs) > 1:
         written.append(contact_sheet(thumbs, out / "contact.png"))
     return shown, written
+
+
+def _fields(sample: Any) -> list[tuple[str, Any]]:
+    """``(name, value)`` of a dict sample, a typed (dataclass) sample, or anything else as one value."""
+    import dataclasses
+
+    if isinstance(sample, dict):
+        return list(sample.items())
+    if dataclasses.is_dataclass(sample) and not isinstance(sample, type):
+        return [(f.name, getattr(sample, f.name)) for f in dataclasses.fields(sample)]
+    return [("value", sample)]
 
 
 def contact_sheet(images: list[tuple[str, Any]], path: Path) -> Path:

@@ -84,6 +84,9 @@ class _KeysOnly:
     def pack_selected_samples(self, samples: list[Any]) -> list[Any]:
         return samples
 
+    def truncate_sample(self, sample: Any, max_length: int) -> Any:  # Packing(over_length="truncate")
+        return sample
+
 
 def verify_state(
     state: dict[str, Any],
@@ -101,7 +104,13 @@ def verify_state(
     of its samples, or of each pack's samples, in the order it reads them) or ``error`` (type, message,
     and for a spec mismatch the differing ``fields``, saved and now)."""
     spec = state.get("spec") if isinstance(state, dict) else None
-    options = loader_options(spec if isinstance(spec, dict) else {}, task_encoder=task_encoder)
+    try:
+        options = loader_options(spec if isinstance(spec, dict) else {}, task_encoder=task_encoder)
+    except (KeyError, TypeError) as exc:
+        raise DatareelError(
+            f"the state's spec is damaged: its packing or stage entry lacks or mistypes {exc}; it cannot be "
+            f"rebuilt (inspect it with `datareel inspect`)"
+        ) from None
     options.update({k: v for k, v in overrides.items() if v is not None})
     try:
         loader = Loader(
@@ -136,6 +145,8 @@ def _per_source(loader: Loader) -> dict[str, Any]:
     a windowed stage) the cursor is a pack in input window ``w``: the inputs counted are those before it."""
     pack = loader.reel_cursor.pack
     inputs = loader.cursor if pack is None else pack[0] * loader.reel.window_size
+    end = getattr(loader.reel, "pass_length", None)  # a repeat=False pass ends there
+    inputs = inputs if end is None else min(inputs, end)
     counts = consumed(loader.plan.root, inputs)
     sources = []
     for leaf, source in enumerate(loader.sources):
