@@ -174,7 +174,9 @@ def test_damaged_and_foreign_files_are_refused_naming_why(tmp_path, capsys):
     unsafe = tmp_path / "unsafe.pt"
     torch.save({"loader": state, "obj": Foreign()}, unsafe)  # unpickling it would run Foreign's code
     code, _, err = run(capsys, unsafe)
-    assert code == 1 and "never unpickles arbitrary objects" in err
+    assert code == 1 and "does not unpickle arbitrary objects unless told to" in err and "--trusted" in err
+    code, out, _ = run(capsys, unsafe, "--trusted", "--json")  # a checkpoint the user vouches for
+    assert code == 0 and json.loads(out)["cursor"] == state["cursor"]
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(b"\x00\x01 not a checkpoint")
     assert run(capsys, garbage)[0] == 1

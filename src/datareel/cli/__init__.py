@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--split", default="train", help="with --dataset: split of a prepared directory")
     inspect.add_argument("--name", default=None, help="with --dataset: the name the job gave open_dataset, if any")
+    inspect.add_argument(
+        "--trusted", action="store_true", help="unpickle a torch.save file fully (runs its code): trusted files only"
+    )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     verify = commands.add_parser(
         "verify",
@@ -94,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
         "--task-encoder", default=None, help="module:Class of the job's encoder (default: the one the state names)"
     )
     verify.add_argument("--no-repeat", action="store_true", help="the job's loader had repeat=False")
+    verify.add_argument(
+        "--trusted", action="store_true", help="unpickle a torch.save file fully (runs its code): trusted files only"
+    )
     verify.add_argument("--json", action="store_true", help="print JSON instead of text")
     preview = commands.add_parser(
         "preview", help="show samples of a dataset: fields, types, shapes, text excerpts; save its images"
@@ -200,7 +206,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "inspect":
         from .inspect_state import describe_state, format_description, load_state_file
 
-        state, where = load_state_file(args.state, args.key)
+        state, where = load_state_file(args.state, args.key, trusted=args.trusted)
         described = {"file": str(args.state), "key": where, **describe_state(state)}
         if args.dataset is not None:
             from ..blend import open_dataset
@@ -226,7 +232,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         if args.show < 1:
             parser.error(f"--show={args.show} must be at least 1")
-        state, _ = load_state_file(args.state, args.key)
+        state, _ = load_state_file(args.state, args.key, trusted=args.trusted)
         verdict = verify_state(
             state,
             open_dataset(args.dataset, split=args.split, name=args.name),

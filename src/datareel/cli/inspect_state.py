@@ -26,12 +26,16 @@ PAIRS_SHOWN = 12
 """World sizes listed in the text output (all are in ``--json``)."""
 
 
-def load_state_file(path: str | os.PathLike[str], key: str | None = None) -> tuple[dict[str, Any], str]:
-    """The loader state in ``path`` and where it was (a dotted key; ``""``: the whole file)."""
+def load_state_file(
+    path: str | os.PathLike[str], key: str | None = None, *, trusted: bool = False
+) -> tuple[dict[str, Any], str]:
+    """The loader state in ``path`` and where it was (a dotted key; ``""``: the whole file). ``trusted``: a
+    ``torch.save`` file is fully unpickled (runs code from the file), for training checkpoints that hold
+    objects (Megatron's ``args`` namespace, RNG states) beside the loader state."""
     path = Path(path)
     if not path.exists():
         raise DatareelError(f"{path}: no such file or directory")
-    content = _read(path)
+    content = _read(path, trusted)
     if key is not None:
         return _at(content, key, path), key
     found = _find(content, "")
@@ -57,7 +61,7 @@ def load_state_file(path: str | os.PathLike[str], key: str | None = None) -> tup
     return found[0][1], found[0][0]
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path, trusted: bool = False) -> Any:
     if path.is_dir():
         if not (path / ".metadata").is_file():
             raise DatareelError(
@@ -72,7 +76,7 @@ def _read(path: Path) -> Any:
             return json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             raise DatareelError(f"{path} starts like JSON but is not JSON: {exc}") from None
-    return _torch_load(path, path)
+    return _torch_load(path, path, trusted)
 
 
 UNREADABLE = "<not read: not plain data (weights_only)>"
@@ -112,18 +116,19 @@ def _read_dcp(path: Path) -> Any:
     return content
 
 
-def _torch_load(path: Path, shown: Path) -> Any:
+def _torch_load(path: Path, shown: Path, trusted: bool = False) -> Any:
     import pickle
 
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=not trusted)
     except pickle.UnpicklingError as exc:
         raise DatareelError(
-            f"{shown} holds objects other than tensors and plain containers, and inspect never unpickles "
-            f"arbitrary objects (torch.load weights_only=True): {str(exc).splitlines()[0]}. Save the loader "
-            f"state (loader.state_dict(), plain data) or a dict holding it"
+            f"{shown} holds objects other than tensors and plain containers, and datareel does not unpickle "
+            f"arbitrary objects unless told to (torch.load weights_only=True): {str(exc).splitlines()[0]}. For a "
+            f"checkpoint you trust (it runs code from the file), pass --trusted; or save the loader state "
+            f"(loader.state_dict(), plain data) where it can be read alone"
         ) from None
     except Exception as exc:
         raise DatareelError(
