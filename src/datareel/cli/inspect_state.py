@@ -253,16 +253,10 @@ def format_description(d: dict[str, Any]) -> str:
         lines.append(f"packing     {d['packing']}")
     if d["stage"]:
         lines.append(f"stage       {d['stage']}")
-    per_source = d.get("per_source")
-    if per_source:
-        window = per_source["inputs_before_window"]
-        where = "before the cursor" if window is None else f"before input window {window:,} (the next pack's)"
-        lines.append(f"read        {per_source['inputs_read']:,} samples {where}:")
-        for source in per_source["sources"]:
-            lines.append(
-                f"  {source['name']}: epoch {source['epoch']:,}, sample {source['offset']:,} of {source['size']:,} "
-                f"({source['read']:,} read)"
-            )
+    if d.get("per_source"):
+        from .verify import format_sources
+
+        lines += format_sources(d["per_source"])
     fits = d["resume"]["step_must_divide"]
     lines.append(f"resumes on  micro_batch_size × world_size dividing {fits:,}:")
     by_world: dict[int, list[int]] = {}

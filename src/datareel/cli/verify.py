@@ -187,6 +187,19 @@ def _keys(loader: Loader, descriptor: Any) -> list[Any]:
     return packs
 
 
+def format_sources(counts: dict[str, Any]) -> list[str]:
+    """Lines for :func:`_per_source`'s numbers (``inputs_read``, ``inputs_before_window``, ``sources``)."""
+    window = counts["inputs_before_window"]
+    where = "before the cursor" if window is None else f"before input window {window:,} (the next pack's)"
+    lines = [f"samples read {where}: {counts['inputs_read']:,}"]
+    for source in counts["sources"]:
+        lines.append(
+            f"  {source['name']}: {source['read']:,} = epoch {source['epoch']:,}, sample {source['offset']:,} "
+            f"of {source['size']:,}"
+        )
+    return lines
+
+
 def format_verdict(verdict: dict[str, Any], world_size: int, micro_batch_size: int) -> str:
     """The text ``datareel verify`` prints."""
     if not verdict["ok"]:
@@ -199,14 +212,7 @@ def format_verdict(verdict: dict[str, Any], world_size: int, micro_batch_size: i
         f"OK on world_size {world_size} × micro_batch_size {micro_batch_size} "
         f"({verdict['accumulation_steps']} accumulation steps): resumes at {verdict['cursor']:,}"
     ]
-    window = verdict["inputs_before_window"]
-    where = "before the cursor" if window is None else f"before input window {window:,} (the next pack's)"
-    lines.append(f"samples read {where}: {verdict['inputs_read']:,}")
-    for source in verdict["sources"]:
-        lines.append(
-            f"  {source['name']}: {source['read']:,} = epoch {source['epoch']:,}, sample {source['offset']:,} "
-            f"of {source['size']:,}"
-        )
+    lines += format_sources(verdict)
     for batch in verdict["next"]:
         lines.append(f"global batch {batch['global_batch']:,}:")
         for rank, keys in enumerate(batch["ranks"]):
