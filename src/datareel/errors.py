@@ -79,6 +79,19 @@ def is_skip(exc: BaseException) -> bool:
     return isinstance(exc, SkipSample) or type(exc).__name__ == "SkipSample"
 
 
+def picklable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling both ways (it crosses to another process; an exception class whose
+    constructor takes other arguments than it stores does not), else a :class:`DatareelError` with its
+    class and text."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return DatareelError(f"{type(exc).__name__}: {exc}")
+
+
 class SampleContextError(DatareelError, RuntimeError):
     """A per-sample helper (such as :func:`datareel.sample_rng`) was called
     outside the processing of a sample."""

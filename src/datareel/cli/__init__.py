@@ -64,31 +64,24 @@ def _parser() -> argparse.ArgumentParser:
         help="what a saved loader state says (cursor, global batch, spec) and which world and micro-batch sizes "
         "can resume it",
     )
-    inspect.add_argument(
-        "state", help="a JSON file, a torch.save file holding the state, or a DCP checkpoint directory"
-    )
-    inspect.add_argument("--key", default=None, help="dotted key of the state in the file, e.g. loader or extra.0.data")
+    _state_file_arguments(inspect)
     inspect.add_argument(
         "--dataset", default=None, help="the job's dataset: also each source's epoch and offset at the cursor"
     )
     inspect.add_argument("--split", default="train", help="with --dataset: split of a prepared directory")
     inspect.add_argument("--name", default=None, help="with --dataset: the name the job gave open_dataset, if any")
-    inspect.add_argument(
-        "--trusted", action="store_true", help="unpickle a torch.save file fully (runs its code): trusted files only"
-    )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     verify = commands.add_parser(
         "verify",
         help="restore a loader state on a topology, as the job would: OK with the next global batches' keys per "
         "rank, or the error the job would hit (exit 0 / 1)",
     )
-    verify.add_argument("state", help="a JSON file, a torch.save file holding the state, or a DCP directory")
+    _state_file_arguments(verify)
     verify.add_argument("dataset", help="the job's dataset: a prepared directory, a .jsonl file or a metadataset YAML")
     verify.add_argument("--world-size", type=int, required=True)
     verify.add_argument("--micro-batch-size", type=int, required=True)
     verify.add_argument("--num-workers", type=int, default=0)
     verify.add_argument("--show", type=int, default=2, help="global batches to list (default 2)")
-    verify.add_argument("--key", default=None, help="dotted key of the state in the file")
     verify.add_argument("--split", default="train", help="split of a prepared directory (default train)")
     verify.add_argument("--name", default=None, help="the dataset name the job gave open_dataset, if any")
     verify.add_argument("--seed", type=int, default=None, help="default: the state's")
@@ -97,9 +90,6 @@ def _parser() -> argparse.ArgumentParser:
         "--task-encoder", default=None, help="module:Class of the job's encoder (default: the one the state names)"
     )
     verify.add_argument("--no-repeat", action="store_true", help="the job's loader had repeat=False")
-    verify.add_argument(
-        "--trusted", action="store_true", help="unpickle a torch.save file fully (runs its code): trusted files only"
-    )
     verify.add_argument("--json", action="store_true", help="print JSON instead of text")
     preview = commands.add_parser(
         "preview", help="show samples of a dataset: fields, types, shapes, text excerpts; save its images"
@@ -126,6 +116,15 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--window", type=int, default=None, help="with packing: the planning window")
     plot.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
+
+
+def _state_file_arguments(command: argparse.ArgumentParser) -> None:
+    """The arguments naming a saved loader state (``inspect``, ``verify``): the file, its key, trust."""
+    command.add_argument("state", help="a JSON file, a torch.save file holding the state, or a DCP directory")
+    command.add_argument("--key", default=None, help="dotted key of the state in the file, e.g. loader or extra.0")
+    command.add_argument(
+        "--trusted", action="store_true", help="unpickle a torch.save file fully (runs its code): trusted files only"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

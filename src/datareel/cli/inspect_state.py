@@ -39,7 +39,7 @@ def load_state_file(
     if key is not None:
         return _at(content, key, path), key
     found = _find(content, "")
-    if _looks_like_energon(content) or (not found and _looks_like_energon_somewhere(content)):
+    if not found and _looks_like_energon_somewhere(content):
         raise DatareelError(
             f"{path} holds a Megatron-Energon loader state, not a datareel one: it records each worker's shuffle "
             f"buffers and shard positions, which do not determine a position in one global sample order. "

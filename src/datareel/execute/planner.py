@@ -18,13 +18,12 @@ and the encoder, never the loader.
 from __future__ import annotations
 
 import logging
-import pickle
 import time
 from typing import Any
 
 import numpy as np
 
-from ..errors import DatareelError, DatasetChangedError, is_skip
+from ..errors import DatareelError, DatasetChangedError, is_skip, picklable
 from ..plan.rng import DOMAIN_SELECT
 from ..reel.windowed import WindowPlan, make_items
 from .batch import BatchMaker
@@ -83,7 +82,7 @@ class EncoderPlanner:
                 maker.options.handler is None and maker.options.on_error == "raise"
             ):
                 raise DatareelError(f"planning window {window}: {where} failed: {exc!r}") from exc
-            failures.append((_picklable(exc), maker._key(source_id, index)))
+            failures.append((picklable(exc), maker._key(source_id, index)))
             return []
 
     def report(self, window: int, failures: list[tuple[BaseException, str]]) -> None:
@@ -114,13 +113,3 @@ class EncoderPlanner:
             if numbers:
                 groups.append(numbers)
         return groups
-
-
-def _picklable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling (it crosses from the planning process), else a ``DatareelError``
-    with its text."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return DatareelError(f"{type(exc).__name__}: {exc}")

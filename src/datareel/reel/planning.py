@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import signal
 import time
 import weakref
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import DatareelError
+from ..errors import DatareelError, picklable
 
 #: (positions int64[k], source ids int32[k], indices int64[k]) of a window
 Inputs = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -63,7 +62,7 @@ def _serve(conn: Any, other_end: Any, planner: Callable[..., Any], inputs: Calla
         try:
             message: tuple[str, int, Any] = ("plan", w, planner(w, *inputs(w)))
         except Exception as exc:
-            message = ("error", w, _portable(exc))
+            message = ("error", w, picklable(exc))
         try:
             conn.send(message)  # pickled whole before anything is written
         except (EOFError, OSError):
@@ -74,16 +73,6 @@ def _serve(conn: Any, other_end: Any, planner: Callable[..., Any], inputs: Calla
                 conn.send(("error", w, error))
             except OSError:
                 return
-
-
-def _portable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling both ways (an exception class whose constructor takes other
-    arguments than it stores does not), else a :class:`DatareelError` with its class and text."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return DatareelError(f"{type(exc).__name__}: {exc}")
 
 
 def _stop(process: Any, conn: Any, owner: int) -> None:

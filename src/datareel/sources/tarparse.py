@@ -160,12 +160,10 @@ def plain_members(data: bytes, starts: list[int], stops: list[int]) -> list[list
     view = np.frombuffer(data, dtype=np.uint8)  # (n,)
     aligned = len(data) % BLOCK == 0 and all(start % BLOCK == 0 for start in starts)  # as tar members are
     rows = view.reshape(-1, BLOCK) if aligned else view  # (n / 512, 512): a header is a row
-    out: list[list[tuple[str, int, int]] | None] = [[] for _ in starts]
+    # a sample shorter than a header (or empty) is left to iter_members, which says what it is
+    out: list[list[tuple[str, int, int]] | None] = [[] if a + BLOCK <= b else None for a, b in zip(starts, stops)]
     at = list(starts)
-    active = [j for j in range(len(starts)) if starts[j] + BLOCK <= stops[j]]
-    for j in range(len(starts)):
-        if starts[j] + BLOCK > stops[j]:
-            out[j] = None  # empty or shorter than a header: iter_members says what it is
+    active = [j for j, members in enumerate(out) if members is not None]
     while active:
         heads = np.array([at[j] for j in active], dtype=np.int64)  # (a,)
         blocks = rows[heads // BLOCK] if aligned else view[heads[:, None] + _IN_BLOCK]  # (a, 512)

@@ -12,7 +12,7 @@ bucket, a micro-batch's samples are fetched together (:meth:`prefetch`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -306,29 +306,8 @@ class WebDatasetSource(Source):
         """``(key, {part: bytes}, where)`` of sample ``local`` of shard ``s``."""
         start, stop = self._range(s, local)
         where = f"shard {self._paths[s]}"
-        blob = self._pread(s, start, stop)
-        key: str | None = None
-        parts: dict[str, bytes] = {}
-        view = memoryview(blob)
-        for name, offset, size in iter_members(view, where, start):
-            split = split_name(name)
-            if split is None:
-                continue
-            if key is None:
-                key = split[0]
-            elif split[0] != key:
-                raise DatasetError(
-                    f"{where}: sample {local} (bytes {start}-{stop}) holds keys {key!r} and {split[0]!r}; "
-                    f"the shard changed since it was indexed: re-run `datareel prepare`"
-                )
-            if split[1] in parts:
-                raise DatasetError(
-                    f"{where}: sample {local} ({key!r}) holds part {split[1]!r} twice; remove the duplicate member "
-                    f"(datareel prepare refuses such shards)"
-                )
-            parts[split[1]] = bytes(view[offset - start : offset - start + size])
-        if key is None:
-            raise DatasetError(f"{where}: sample {local} (bytes {start}-{stop}) holds no files")
+        view = memoryview(self._pread(s, start, stop))
+        key, parts = _group(iter_members(view, where, start), view, start, (where, local, start, stop))
         return key, parts, f"{where} key {key!r}"
 
     def read(self, index: int) -> Any:
@@ -347,16 +326,13 @@ class WebDatasetSource(Source):
             return out  # a subclass's own read() is what it reads with
         rows = np.flatnonzero((indices >= 0) & (indices < self._size))  # (r,) out of range: read() names it
         shard, local = self.locate_many(indices[rows])  # (r,), (r,)
-        blobs, at, ends, read, offset = [], [], [], [], 0
+        blobs, at, ends, read, spans, offset = [], [], [], [], [], 0
         shards = handles()
         with shards.held():  # no handle is closed under us: read through its descriptor
             for j, s, i in zip(range(len(rows)), shard.tolist(), local.tolist()):
                 try:
                     handle = shards.get(self._paths[s], lambda s=s: self._open_shard(s))
-                    idx = handle.index
-                    start, stop, end = int(idx[i]), int(idx[i + 1]), int(idx[-1])
-                    if not 0 <= start <= stop <= end:
-                        continue  # a damaged index: read() names it
+                    start, stop = sample_range(handle.index, i, lambda s=s: f"{self._paths[s]}.idx")
                     blob = os.pread(handle.fd, stop - start, start)
                 except (DatasetError, OSError, IndexError):
                     continue  # read() raises it, under the error policy
@@ -369,19 +345,18 @@ class WebDatasetSource(Source):
                 offset += len(blob)
                 ends.append(offset)
                 read.append(j)
+                spans.append((start, stop))
         data = b"".join(blobs)
-        for j, members in zip(read, plain_members(data, at, ends)):
+        for j, (start, stop), members in zip(read, spans, plain_members(data, at, ends)):
             if members is None:
                 continue
             s, i = int(shard[j]), int(local[j])
-            grouped = _group(members, data)
-            if grouped is None:
-                continue
-            key, parts = grouped
+            where = f"shard {self._paths[s]}"
             try:
-                out[int(rows[j])] = self._sample(s, i, key, parts, f"shard {self._paths[s]} key {key!r}")
+                key, parts = _group(members, data, 0, (where, i, start, stop))
+                out[int(rows[j])] = self._sample(s, i, key, parts, f"{where} key {key!r}")
             except Exception:
-                continue  # a part that does not decode: read() raises it, under the error policy
+                continue  # mixed keys, a part twice, a part that does not decode: read() raises it
         return out
 
     def _sample(self, s: int, local: int, key: str, parts: dict[str, bytes], where: str) -> Any:
@@ -413,9 +388,13 @@ class WebDatasetSource(Source):
         return {**self.__dict__, "_pid": None, "_indices": {}, "_broken": {}, "_fetched": {}}
 
 
-def _group(members: list[tuple[str, int, int]], data: bytes) -> tuple[str, dict[str, bytes]] | None:
-    """``(key, {part: bytes})`` of one sample's members (offsets into ``data``), or ``None`` unless every
-    member belongs to one key with distinct parts (then :meth:`WebDatasetSource._read_raw` names the fault)."""
+def _group(
+    members: Iterable[tuple[str, int, int]], data: bytes | memoryview, shift: int, place: tuple[str, int, int, int]
+) -> tuple[str, dict[str, bytes]]:
+    """``(key, {part: bytes})`` of one sample's members (``(name, data offset, size)``; ``offset - shift``
+    indexes ``data``). ``place`` = ``(where, sample, start, stop)`` names the sample in the errors: two keys,
+    a part twice, or no files (:class:`DatasetError`)."""
+    where, local, start, stop = place
     key: str | None = None
     parts: dict[str, bytes] = {}
     for name, offset, size in members:
@@ -424,7 +403,17 @@ def _group(members: list[tuple[str, int, int]], data: bytes) -> tuple[str, dict[
             continue
         if key is None:
             key = split[0]
-        if split[0] != key or split[1] in parts:
-            return None
-        parts[split[1]] = data[offset : offset + size]
-    return None if key is None else (key, parts)
+        elif split[0] != key:
+            raise DatasetError(
+                f"{where}: sample {local} (bytes {start}-{stop}) holds keys {key!r} and {split[0]!r}; "
+                f"the shard changed since it was indexed: re-run `datareel prepare`"
+            )
+        if split[1] in parts:
+            raise DatasetError(
+                f"{where}: sample {local} ({key!r}) holds part {split[1]!r} twice; remove the duplicate member "
+                f"(datareel prepare refuses such shards)"
+            )
+        parts[split[1]] = bytes(data[offset - shift : offset - shift + size])
+    if key is None:
+        raise DatasetError(f"{where}: sample {local} (bytes {start}-{stop}) holds no files")
+    return key, parts
