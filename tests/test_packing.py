@@ -478,6 +478,11 @@ def test_restoring_a_finite_packed_loader_plans_one_window(monkeypatch):
     calls.clear(), plans.clear()
     batch = next(iter(fresh))
     assert len(plans) <= 1 and batch["__positions__"].tolist() == [60, 61]
+    # what a training loop asks after every micro-batch plans nothing beyond the windows it reads
+    plans.clear()
+    flags = [fresh.at_global_batch_boundary, fresh.global_batch, fresh.accumulation_steps]
+    group = next(fresh.global_batches())
+    assert flags == [True, 31, 1] and len(list(group)) == 1 and len(plans) <= 1
 
 
 def test_an_endless_packed_reel_that_can_never_yield_a_pack_raises_instead_of_hanging():

@@ -9,6 +9,7 @@ The public API::
     datareel.concat([ds, ...])              # one after another
     datareel.filter(ds, predicate)          # static filter on metadata (key, length)
     datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
+    datareel.RampUp(start, increment, ramp_samples, final)   # Megatron's batch-size ramp-up: global_batch_size=
     datareel.Packing(max_length, ...)       # length-planned packing: Loader(packing=...)
     datareel.WindowedStage(window, pack)    # generator encoders, online packing: Loader(stage=...)
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
@@ -44,7 +45,8 @@ from .errors import (
     TopologyError,
 )
 from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
-from .loader import Loader
+from .loader import GlobalBatch, Loader
+from .plan.schedule import RampUp
 from .reel import Packing, WindowedStage
 from .sources import Source, from_sequence
 from .sources.filters import SampleMeta, filter
@@ -58,9 +60,11 @@ __all__ = [
     "DatasetChangedError",
     "DatasetError",
     "DefaultTaskEncoder",
+    "GlobalBatch",
     "Loader",
     "OptionError",
     "Packing",
+    "RampUp",
     "SampleContextError",
     "SampleMeta",
     "Source",

@@ -130,7 +130,9 @@ def save_global(loader: Any, dst_rank: int) -> dict[str, Any] | None:
     return state if loader.rank == dst_rank else None
 
 
-def restore_global(loader: Any, state: dict[str, Any] | None, src_rank: int | None) -> None:
+def restore_global(
+    loader: Any, state: dict[str, Any] | None, src_rank: int | None, *, allow_batch_size_change: bool = False
+) -> None:
     """``loader.restore_state_global``: one state restored on every rank of the group (collective).
 
     ``src_rank=r``: only rank ``r``'s ``state`` matters and is broadcast; the others may pass
@@ -140,7 +142,7 @@ def restore_global(loader: Any, state: dict[str, Any] | None, src_rank: int | No
     if not initialised():
         if state is None:
             raise DatareelError("restore_state_global(None): pass the state returned by save_state_global")
-        loader.load_state_dict(state)
+        loader.load_state_dict(state, allow_batch_size_change=allow_batch_size_change)
         return
     if src_rank is None:
         check_agreement(gather_to_all(state, loader.group), "restore_state_global(src_rank=None)")
@@ -151,4 +153,4 @@ def restore_global(loader: Any, state: dict[str, Any] | None, src_rank: int | No
                 f"restore_state_global: src_rank={src_rank} passed None; pass the saved state "
                 f"on that rank (or src_rank=None to pass it on every rank)"
             )
-    loader.load_state_dict(state)
+    loader.load_state_dict(state, allow_batch_size_change=allow_batch_size_change)

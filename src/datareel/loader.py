@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,12 +25,15 @@ from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
 from .execute.planner import EncoderPlanner
 from .execute.workers import WorkerOptions, widen_result_pipe
+from .groups import GlobalBatch, global_batches
 from .plan.layout import Layout
+from .plan.schedule import BatchSchedule, RampUp
 from .reel import Cursor, CursorQueue, Packing, WindowedStage, check_options, make_reel
 from .reel.sampler import DescriptorSampler
+from .resume import restore_layout
 from .sources.base import Source
 from .sources.sequence import from_sequence
-from .state import make_state, read_state
+from .state import make_state
 
 log = logging.getLogger("datareel")
 
@@ -42,7 +45,10 @@ class Loader:
     reads ``m`` of them per micro-step (see :mod:`datareel.plan.layout`).  The
     state saved by :meth:`state_dict` restores on any world size, worker count
     and micro-batch size whose product ``m W`` divides the rest of the current
-    global batch.
+    global batch.  ``global_batch_size`` may be a schedule (:class:`~datareel.RampUp`, Megatron's
+    ramp-up, or ``[(from_global_batch, G), ...]``): global batch ``b`` is then ``[S_b, S_b + G_b)``,
+    and :attr:`accumulation_steps`, :attr:`at_global_batch_boundary` and :meth:`global_batches`
+    say where each optimizer step ends (docs/batch-schedules.md).
 
     Arguments: ``dataset`` is a :class:`~datareel.Source` or blend (any other
     sequence is wrapped with :func:`~datareel.from_sequence`); ``rank``/``world_size``
@@ -69,7 +75,7 @@ class Loader:
         self,
         dataset: Source | Blend | Any,
         *,
-        global_batch_size: int,
+        global_batch_size: int | RampUp | Sequence[tuple[int, int]] | BatchSchedule,
         micro_batch_size: int,
         seed: int = 0,
         shuffle: bool = True,
@@ -142,17 +148,48 @@ class Loader:
         return self.layout.world_size
 
     @property
-    def global_batch_size(self) -> int:
-        return self.layout.global_batch_size
-
-    @property
     def micro_batch_size(self) -> int:
         return self.layout.micro_batch_size
 
     @property
+    def global_batch(self) -> int:
+        """The global batch the next micro-batch belongs to (when :attr:`at_global_batch_boundary`, the number
+        of global batches completed, i.e. optimizer steps taken)."""
+        return self.layout.schedule.batch_at(self.cursor)
+
+    @property
+    def at_global_batch_boundary(self) -> bool:
+        """Whether the micro-batches handed out so far end a global batch: right after a ``next()``, the
+        micro-batch just received is the last of its global batch (step the optimizer after it).  Also
+        true once a ``repeat=False`` pass has been consumed to its end."""
+        if self.reel.at_end(self._cursor):
+            return True
+        cursor = self.cursor
+        return self.layout.schedule.start(self.layout.schedule.batch_at(cursor)) == cursor
+
+    @property
+    def global_batch_size(self) -> int:
+        """``G`` of the current global batch (:attr:`global_batch`); constant unless a schedule was given."""
+        return self.layout.schedule.size(self.global_batch)
+
+    @property
     def accumulation_steps(self) -> int:
-        """Micro-batches per rank per global batch: ``G / (m W)``."""
-        return self.layout.accumulation_steps
+        """Micro-batches per rank in the current global batch: ``G_b / (m W)`` (Megatron's
+        ``get_num_microbatches()``)."""
+        return self.accumulation_steps_at(self.global_batch)
+
+    def global_batch_size_at(self, b: int) -> int:
+        """``G_b``: the size of global batch ``b`` under the loader's schedule."""
+        return self.layout.schedule.size(check_int(b, "b"))
+
+    def accumulation_steps_at(self, b: int) -> int:
+        """``G_b / (m W)``: micro-batches per rank in global batch ``b``."""
+        return self.layout.accumulation_steps_at(check_int(b, "b"))
+
+    @property
+    def schedule(self) -> BatchSchedule:
+        """The global batch sizes, resolved (``start(b)``, ``size(b)``, ``batch_at(position)``)."""
+        return self.layout.schedule
 
     @property
     def length(self) -> int | None:
@@ -176,6 +213,8 @@ class Loader:
 
     # -- iteration ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        if not self.reel.at_end(self._cursor):
+            self.layout.check_sizes(self.global_batch)  # before any data moves: every batch ahead is whole steps
         self._generation += 1
         return _LoaderIterator(self, self._generation)
 
@@ -185,6 +224,22 @@ class Loader:
         if length is None:
             raise TypeError("a Loader with repeat=True is infinite and has no len()")
         return self.layout.rank_steps(self.rank, length, self.cursor)
+
+    def global_batches(self) -> Iterator[GlobalBatch]:
+        """This rank's micro-batches grouped by global batch: one :class:`GlobalBatch` (an iterator of
+        micro-batches) per optimizer step, however the schedule sizes them.
+
+        Example::
+
+            for group in loader.global_batches():
+                for micro_batch in group:             # group.accumulation_steps of them (fewer: the rest
+                    loss(micro_batch).backward()      # of a global batch restored mid-way, or a pass's end)
+                optimizer.step(); optimizer.zero_grad()
+
+        Each group must be consumed before the next is asked for (a group left half-read would leave its
+        micro-batches to the next optimizer step); the iterator raises :class:`DatareelError` instead.
+        """
+        return global_batches(self)
 
     def _get_dataloader(self) -> DataLoader:
         if self._dataloader is None:
@@ -207,11 +262,11 @@ class Loader:
         getattr(self.reel, "close", lambda: None)()
 
     # -- state ---------------------------------------------------------------------------------------
-    def _spec(self) -> dict[str, Any]:
+    def _spec(self, layout: Layout | None = None) -> dict[str, Any]:
         spec = {
             "seed": self.seed,
             "shuffle": self.shuffle,
-            "global_batch_size": self.global_batch_size,
+            "global_batch_size": (layout or self.layout).schedule.spec(),
             "dataset": self.dataset.fingerprint(),
         }
         return {**spec, **self.reel.spec()}
@@ -220,28 +275,35 @@ class Loader:
         """The state to checkpoint: JSON-serialisable, identical on every rank, < 1 KB."""
         return make_state(self._cursor, self._spec())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, allow_batch_size_change: bool = False) -> None:
         """Continue from a saved state, on this loader's topology.
 
         Raises :class:`~datareel.StateMismatchError` if the state belongs to
         another spec and :class:`~datareel.TopologyError` (a ``ValueError``) if
         ``m W`` cannot split the rest of the current global batch.  Iterators
         made before the call stop working; call ``iter()`` again.
+
+        ``allow_batch_size_change=True`` accepts a state saved with another global batch size or
+        schedule, at a global-batch boundary of the saved one: the run continues at the same cursor
+        (the same remaining samples, none repeated or skipped) cut by this loader's schedule, from the
+        saved run's global batch number on.  See docs/guarantees.md.
         """
-        cursor = read_state(state, self._spec())
-        self.reel.check(cursor, self.layout)
+        layout, cursor = restore_layout(self, state, allow_batch_size_change)
+        self.reel.check(cursor, layout)
         self._generation += 1
-        self._cursor = cursor
+        self.layout, self._cursor = layout, cursor
 
     def save_state_global(self, dst_rank: int = 0) -> dict[str, Any] | None:
         """Collective: gather every rank's state, refuse if they differ, return it on ``dst_rank``
         (a rank of the data-parallel group; others get ``None``).  See :func:`datareel.dist.save_global`."""
         return dist.save_global(self, dst_rank)
 
-    def restore_state_global(self, state: dict[str, Any] | None, src_rank: int | None = 0) -> None:
+    def restore_state_global(
+        self, state: dict[str, Any] | None, src_rank: int | None = 0, *, allow_batch_size_change: bool = False
+    ) -> None:
         """Collective: restore ``src_rank``'s state on every rank (``src_rank=None``: every rank passes
         the same state).  See :func:`datareel.dist.restore_global`."""
-        dist.restore_global(self, state, src_rank)
+        dist.restore_global(self, state, src_rank, allow_batch_size_change=allow_batch_size_change)
 
     # Energon's names for state_dict / load_state_dict.
     save_state_rank = state_dict

@@ -6,7 +6,11 @@ Format, version 1 (JSON-serialisable, the same on every rank, a few hundred byte
      "version": 1,                         # the layout of this dict
      "cursor": P,                          # positions (packs, with packing) consumed by all ranks together
      "spec": {
-        "seed": int, "shuffle": bool, "global_batch_size": int,
+        "seed": int, "shuffle": bool,
+        "global_batch_size": int | schedule,  # int: constant; else {"ramp_up": [start, increment, samples, final]}
+                                              # or {"pieces": [[from_batch, G], ...]}, wrapped as
+                                              # {"from": [batch, position], "rule": ...} after a change
+                                              # (see datareel.plan.schedule)
         "dataset": {"name": str,           # the dataset's name, cut to 80 characters
                     "size": int | null,    # samples (one pass; null: an endless weighted mix)
                     "digest": str,         # 16 hex digits over the whole dataset tree's description
@@ -51,8 +55,9 @@ GUARANTEES: dict[str, str] = {
     "shuffle": "the order of the reel: switching shuffle would repeat some samples and skip others",
     "dataset": "what each reel position reads: another dataset (name, size or content) would map the cursor to "
     "other samples",
-    "global_batch_size": "the global batches: with another global batch size they would differ from the "
-    "uninterrupted run's",
+    "global_batch_size": "the global batches: with another global batch size (or schedule) they would differ from "
+    "the uninterrupted run's. To change it on purpose, restore at a global-batch boundary with "
+    "load_state_dict(state, allow_batch_size_change=True): the same samples follow, cut into the new sizes",
     "packing": "which samples each pack holds: other packing options or lengths would plan other packs, so the "
     "cursor's (window, offset) would point at packs the saved run never made",
 }

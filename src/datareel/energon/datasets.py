@@ -72,7 +72,7 @@ class DatasetSpec:
     split_part: str
     worker_config: WorkerConfig
     batch_size: int | None
-    global_batch_size: int | None
+    global_batch_size: Any  # int, datareel.RampUp, [(from_global_batch, G), ...] or None
     task_encoder: Any
     repeat: bool
     shuffle: bool
@@ -82,6 +82,7 @@ class DatasetSpec:
     reset_after_epoch: bool = False  # LimitDataset(..., reset_after_epoch=True): every limited pass starts afresh
     packing_buffer_size: int | None = None  # online packing: windows of this many input samples
     handler: Any = None  # Energon's error handler: told of every failing sample (see EnergonLoader)
+    allow_batch_size_change: bool = False  # restores accept another global batch size at a batch boundary
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
@@ -126,7 +127,8 @@ def get_train_dataset(
     shuffle_over_epochs_multiplier: int | None = 1,
     task_encoder: Any = None,
     repeat: bool = True,
-    global_batch_size: int | None = None,
+    global_batch_size: Any = None,
+    allow_batch_size_change: bool = False,
     **kwargs: Any,
 ) -> DatasetSpec:
     """Energon's ``get_train_dataset``; ``batch_size`` is the per-rank micro-batch.
@@ -134,6 +136,11 @@ def get_train_dataset(
     New: ``global_batch_size`` (default ``batch_size × world_size``, i.e. no
     gradient accumulation).  With it, a checkpoint restores on any world size
     that divides it; without it, restoring on another world size is refused.
+    It may be a schedule: ``datareel.RampUp(*args.rampup_batch_size, args.global_batch_size)``
+    for Megatron's ``--rampup-batch-size``, or ``[(from_global_batch, G), ...]``.
+    ``allow_batch_size_change=True`` lets ``restore_state_rank`` / ``restore_state_global`` accept
+    a checkpoint saved with another global batch size, at a global-batch boundary (the same samples
+    follow, cut into the new sizes; docs/guarantees.md).
     """
     buffers = {"shuffle_buffer_size": shuffle_buffer_size, "max_samples_per_sequence": max_samples_per_sequence}
     open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
@@ -161,6 +168,7 @@ def get_train_dataset(
         open_kwargs=open_kwargs,
         packing_buffer_size=packing_buffer_size,
         handler=open_kwargs.pop("handler", None),
+        allow_batch_size_change=bool(allow_batch_size_change),
     )
 
 

@@ -126,7 +126,7 @@ class EnergonLoader:
 
     def restore_state_rank(self, state: Any) -> None:
         state = _one_state(state)
-        self._restore(lambda: self.loader.load_state_dict(state))
+        self._restore(lambda: self.loader.load_state_dict(state, allow_batch_size_change=self._allow_change))
         self._restored, self._agreed = state, False
 
     def _agree(self) -> None:
@@ -157,7 +157,9 @@ class EnergonLoader:
                 self.loader.rank,
                 sorted(restored),
             )
-            self._restore(lambda: self.loader.load_state_dict(restored[first]))
+            self._restore(
+                lambda: self.loader.load_state_dict(restored[first], allow_batch_size_change=self._allow_change)
+            )
             self._restored = restored[first]
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
@@ -172,9 +174,17 @@ class EnergonLoader:
     def restore_state_global(self, state: Any, src_rank: int | None = None) -> None:
         """``src_rank=None``: every rank passes the global state; else only ``src_rank`` does."""
         self._restore(
-            lambda: self.loader.restore_state_global(None if state is None else _one_state(state), src_rank=src_rank)
+            lambda: self.loader.restore_state_global(
+                None if state is None else _one_state(state),
+                src_rank=src_rank,
+                allow_batch_size_change=self._allow_change,
+            )
         )
         self._agreed = True  # a collective restore leaves every rank at the same state
+
+    @property
+    def _allow_change(self) -> bool:
+        return self.spec.allow_batch_size_change
 
     def _restore(self, restore: Any) -> None:
         self._iterator = None
@@ -188,7 +198,9 @@ class EnergonLoader:
                     f"world_size, since get_train_dataset got no global_batch_size): restoring would change the "
                     f"global batches. Pass global_batch_size={saved} to get_train_dataset (datareel then uses "
                     f"gradient accumulation: batch_size × world_size must divide it) to resume on this world "
-                    f"size with the same global batches.\n{exc}",
+                    f"size with the same global batches; or pass allow_batch_size_change=True to get_train_dataset "
+                    f"to continue the same samples in global batches of the new size, from a global-batch "
+                    f"boundary.\n{exc}",
                     exc.differences,
                 ) from None
             raise

@@ -3,12 +3,15 @@
 With global batch size ``G``, micro-batch size ``m`` and data-parallel world
 size ``W`` (``A = G / (m W)`` accumulation steps)::
 
-    micro_batch(b, a, r) = b G + a m W + r m + [0, m)
+    micro_batch(b, a, r) = S_b + a m W + r m + [0, m)        S_b = b G for a constant G
 
-Equivalently, micro-step ``s = b A + a`` covers the block ``[s S, (s + 1) S)``
-of ``S = m W`` positions and rank ``r`` takes the ``r``-th ``m`` of it.  Hence
-consumed positions are always a prefix of the reel and global batch ``b`` is
-``[b G, (b + 1) G)`` whatever ``W``, ``m`` or the number of workers.
+Equivalently, micro-step ``s`` covers the block ``[s S, (s + 1) S)`` of ``S = m W``
+positions and rank ``r`` takes the ``r``-th ``m`` of it.  Hence consumed positions are
+always a prefix of the reel and global batch ``b`` is ``[S_b, S_b + G_b)`` whatever
+``W``, ``m`` or the number of workers.  With a schedule (:mod:`.schedule`) ``G_b``
+varies and ``S_b`` is the sum of the sizes before ``b``; when a global batch does not
+start at a multiple of ``S`` (after a deliberate size change), the blocks are shifted
+by :func:`origin`.
 
 For a finite reel of length ``L`` (``repeat=False``) the last micro-step may
 be partial: its ``R < S`` positions are split as evenly as possible in rank
@@ -19,30 +22,51 @@ none when ``R < W``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ..errors import TopologyError, check_int
+from ..errors import OptionError, TopologyError, check_int
+from .schedule import BatchSchedule
 
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """A validated ``(G, m, W)`` triple and the math on it."""
+    """A validated ``(G, m, W)`` triple and the math on it; ``G`` may change by global batch (a schedule).
 
-    global_batch_size: int
+    ``global_batch_size`` is an int, a :class:`~datareel.RampUp`, a piecewise list or a
+    :class:`~.schedule.BatchSchedule`; :attr:`schedule` holds it resolved.  ``m W`` must divide the size
+    the schedule settles at (checked here) and every size met after a cursor (checked by
+    :meth:`check_cursor`, since a restore past a ramp-up need not divide its early sizes).
+    """
+
+    global_batch_size: Any
     micro_batch_size: int
     world_size: int
+    schedule: BatchSchedule = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("global_batch_size", "micro_batch_size", "world_size"):  # stored as int (JSON states)
+        for name in ("micro_batch_size", "world_size"):  # stored as int (JSON states)
             object.__setattr__(self, name, check_int(getattr(self, name), name, minimum=1, error=TopologyError))
-        G, m, W = self.global_batch_size, self.micro_batch_size, self.world_size
+        try:
+            schedule = BatchSchedule.of(self.global_batch_size)
+        except OptionError as exc:
+            raise TopologyError(str(exc)) from None
+        object.__setattr__(self, "schedule", schedule)
+        if schedule.constant is not None:
+            object.__setattr__(self, "global_batch_size", schedule.constant)
+        G, m, W = schedule.final, self.micro_batch_size, self.world_size
         if G % (m * W):
+            what = "global_batch_size" if schedule.constant is not None else "the final global_batch_size"
             raise TopologyError(
-                f"global_batch_size={G} is not divisible by micro_batch_size={m} × "
-                f"world_size={W} (= {m * W})" + _suggest(G, W)
+                f"{what}={G} is not divisible by micro_batch_size={m} × world_size={W} (= {m * W})" + _suggest(G, W)
             )
+
+    def with_schedule(self, schedule: BatchSchedule) -> Layout:
+        """This topology with another (say, anchored) schedule."""
+        return Layout(global_batch_size=schedule, micro_batch_size=self.micro_batch_size, world_size=self.world_size)
 
     @property
     def step_size(self) -> int:
@@ -51,32 +75,60 @@ class Layout:
 
     @property
     def accumulation_steps(self) -> int:
-        """``A = G / (m W)``."""
-        return self.global_batch_size // self.step_size
+        """``A = G / (m W)`` of a constant global batch size (a schedule's vary: :meth:`accumulation_steps_at`)."""
+        if self.schedule.constant is None:
+            raise TopologyError(
+                f"the global batch size follows the schedule {self.schedule.describe()}: ask "
+                f"accumulation_steps_at(b) for global batch b"
+            )
+        return self.schedule.constant // self.step_size
+
+    def accumulation_steps_at(self, b: int) -> int:
+        """``A_b = G_b / (m W)``: micro-steps in global batch ``b``."""
+        return self.schedule.size(b) // self.step_size
 
     def check_cursor(self, cursor: int) -> None:
-        """Refuse a cursor this layout cannot continue from in whole micro-steps."""
-        G, S = self.global_batch_size, self.step_size
-        offset = cursor % G
+        """Refuse a cursor this layout cannot continue from in whole micro-steps: one inside a global batch
+        whose rest ``m W`` cannot split, or one before a global batch whose size ``m W`` does not divide."""
+        schedule, S = self.schedule, self.step_size
+        b = schedule.batch_at(cursor)
+        G, offset = schedule.size(b), cursor - schedule.start(b)
         if offset % S:
-            fits = [d for d in range(1, G + 1) if G % d == 0 and offset % d == 0]
+            fits = [d for d in range(1, min(G, SUGGEST_UP_TO) + 1) if G % d == 0 and offset % d == 0]
             raise TopologyError(
                 f"cannot resume at reel position {cursor}: it is {offset} positions into global "
-                f"batch {cursor // G} (global_batch_size={G}), and micro_batch_size="
+                f"batch {b} (global_batch_size={G}), and micro_batch_size="
                 f"{self.micro_batch_size} × world_size={self.world_size} = {S} does not "
                 f"divide {offset}, so the rest of that global batch cannot be split into whole "
                 f"micro-steps; resume with micro_batch_size × world_size in {fits}, or save "
                 f"checkpoints at global-batch boundaries"
             )
+        self.check_sizes(b)
 
-    def rank_span(self, step: int, rank: int, length: int | None = None) -> tuple[int, int]:
-        """Positions ``[start, stop)`` that ``rank`` reads at micro-step ``step``.
+    def check_sizes(self, b: int) -> None:
+        """Refuse a schedule with a global batch from ``b`` on that ``m W`` does not divide, naming the first."""
+        S = self.step_size
+        for first, G in self.schedule.sizes_from(b):
+            if G % S:
+                common = math.gcd(*(size for _, size in self.schedule.sizes_from(b)))
+                raise TopologyError(
+                    f"global batch {first} of the schedule {self.schedule.describe()} has global_batch_size={G}, "
+                    f"which micro_batch_size={self.micro_batch_size} × world_size={self.world_size} = {S} does "
+                    f"not divide; every global batch from {b} on must be a whole number of micro-steps. Choose "
+                    f"micro_batch_size × world_size dividing {common} (the sizes' greatest common divisor)"
+                    + _suggest(common, self.world_size)
+                    + ", or a schedule whose sizes are multiples of it"
+                )
+
+    def rank_span(self, step: int, rank: int, length: int | None = None, origin: int = 0) -> tuple[int, int]:
+        """Positions ``[start, stop)`` that ``rank`` reads at micro-step ``step`` (the block
+        ``[origin + step S, origin + (step + 1) S)``; see :func:`origin`).
 
         ``length`` is the reel's length when it is finite; the span is then cut
         to it (see the module doc for how a partial last micro-step is split).
         """
         S, m, W = self.step_size, self.micro_batch_size, self.world_size
-        base = step * S
+        base = origin + step * S
         if length is None or base + S <= length:
             start = base + rank * m
             return start, start + m
@@ -90,15 +142,29 @@ class Layout:
         from position ``start`` (a step boundary or the end) on.  O(1): every step but a partial last
         one gives each rank ``m`` positions; the partial one (``R`` positions) reaches ranks ``< R``."""
         S = self.step_size
-        full = max(0, length // S - -(-start // S))  # whole steps left
-        rest = length % S
-        partial = 1 if rest and start < length and rank < rest else 0
+        if start >= length:
+            return 0
+        o = origin(start, S)
+        full = (length - o) // S - (start - o) // S  # whole steps left
+        rest = (length - o) % S
+        partial = 1 if rest and rank < rest else 0
         return full + partial
 
-    def rank_positions(self, step: int, rank: int, length: int | None = None) -> np.ndarray:
+    def rank_positions(self, step: int, rank: int, length: int | None = None, origin: int = 0) -> np.ndarray:
         """-> int64[<= m]: the reel positions of one rank's micro-batch."""
-        start, stop = self.rank_span(step, rank, length)
+        start, stop = self.rank_span(step, rank, length, origin)
         return np.arange(start, stop, dtype=np.int64)
+
+
+def origin(cursor: int, step_size: int) -> int:
+    """Where the micro-step grid of a stream starting at ``cursor`` begins: ``cursor mod S``.
+
+    With a constant ``G`` every global batch starts at a multiple of ``S`` and this is 0.  After a
+    restart that changed the batch size (or skipped a ramp-up's early sizes that ``S`` does not divide)
+    a global batch may start elsewhere; ``check_cursor`` has made sure the batches from ``cursor`` on
+    are whole micro-steps, so the grid through ``cursor`` meets every later global-batch boundary.
+    """
+    return cursor % step_size
 
 
 def _suggest(G: int, W: int) -> str:

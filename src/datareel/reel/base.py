@@ -71,6 +71,10 @@ class Reel(Protocol):
         """Positions (packs) in one ``repeat=False`` pass; ``None`` when endless."""
         ...
 
+    def at_end(self, cursor: Cursor) -> bool:
+        """Whether ``cursor`` is the end of a ``repeat=False`` pass (O(1): plans nothing)."""
+        ...
+
     @property
     def dropped(self) -> int:
         """Samples left out by the reel so far (packing's ``over_length="drop"``)."""

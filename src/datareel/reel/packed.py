@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatareelError
-from ..plan.layout import Layout
+from ..plan.layout import Layout, origin
 from ..plan.nodes import ReelPlan
 from ..plan.pack import plan_window
 from ..sources.base import Source
@@ -97,6 +97,10 @@ class PackedReel:
     def spec(self) -> dict[str, Any]:
         return {"packing": self.packing.fingerprint(self._length_digest())}
 
+    def at_end(self, cursor: Cursor) -> bool:
+        last = self.windows()
+        return last is not None and cursor.pack is not None and cursor.pack[0] >= last
+
     def check(self, cursor: Cursor, layout: Layout) -> None:
         if cursor.pack is None:
             raise DatareelError(
@@ -131,13 +135,14 @@ class PackedReel:
         if not ahead:  # only empty windows were left: this is the end of the pass
             yield Step(None, Cursor(start.position, end))
             return
-        for step in itertools.count(start.position // S):
+        o = origin(start.position, S)  # steps are the blocks [o + s S, o + (s + 1) S) of packs
+        for step in itertools.count((start.position - o) // S):
             group = ahead + list(itertools.islice(packs, S - 1))  # this micro-step's packs, all ranks
             ahead = list(itertools.islice(packs, 1))
-            base = step * S
+            base = o + step * S
             ends = not ahead  # a finite pass ends with this step (also when trailing windows hold no pack)
             after = Cursor(base + len(group), end if ends else group[-1][1])
-            a, b = layout.rank_span(step, rank, base + len(group) if ends else None)
+            a, b = layout.rank_span(step, rank, base + len(group) if ends else None, o)
             mine = [pack for pack, _ in group[a - base : b - base]]
             yield Step(self._descriptor(step, mine, a, b) if mine else None, after)
             if ends:

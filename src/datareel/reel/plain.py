@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TopologyError
-from ..plan.layout import Layout
+from ..plan.layout import Layout, origin
 from ..plan.nodes import ReelPlan
 from .base import Descriptor, Step
 from .cursor import Cursor
@@ -33,6 +33,9 @@ class PlainReel:
     def length(self) -> int | None:
         return self.pass_length
 
+    def at_end(self, cursor: Cursor) -> bool:
+        return self.pass_length is not None and cursor.position >= self.pass_length
+
     def spec(self) -> dict[str, Any]:
         return {}
 
@@ -50,18 +53,20 @@ class PlainReel:
         length, S = self.pass_length, layout.step_size
         if length is not None and start.position >= length:
             return
-        first = start.position // S
-        last = None if length is None else -(-length // S)  # steps of a finite reel
+        o = origin(start.position, S)  # steps are the blocks [o + s S, o + (s + 1) S)
+        first = (start.position - o) // S
+        last = None if length is None else -(-(length - o) // S)  # steps of a finite reel
         for chunk in itertools.count(first, CHUNK):
             steps = range(chunk, chunk + CHUNK if last is None else min(chunk + CHUNK, last))
             if not steps:
                 return
-            spans = [layout.rank_span(step, rank, length) for step in steps]
+            spans = [layout.rank_span(step, rank, length, o) for step in steps]
             positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])  # (sum of spans,)
             source_ids, indices = self.plan.resolve(positions)  # (sum of spans,) each
             offset = 0
             for step, (a, b) in zip(steps, spans):
-                after = Cursor((step + 1) * S if length is None else min((step + 1) * S, length))
+                end = o + (step + 1) * S
+                after = Cursor(end if length is None else min(end, length))
                 if a == b:  # an empty share of the final, partial micro-step
                     yield Step(None, after)
                     continue

@@ -22,11 +22,13 @@ so it also holds under ``python -O``).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import OptionError, TopologyError
 from ..loader import Loader
+from ..plan.schedule import BatchSchedule
 from ..reel.cursor import Cursor
 from ..state import make_state
 from .simulate import make_ranks, take_micro_step
@@ -85,18 +87,28 @@ def _steps(loaders: list[Loader], iterators: list, stop: int | None) -> list[tup
     return out
 
 
-def by_global_batch(records: list[dict], G: int) -> dict[int, list[dict]]:
-    """Group sample records by global batch (position // G), keeping order."""
+def by_global_batch(records: list[dict], G: int | BatchSchedule) -> dict[int, list[dict]]:
+    """Group sample records by global batch (``position // G``, or the schedule's batch), keeping order."""
+    schedule = BatchSchedule.of(G)
     groups: dict[int, list[dict]] = {}
     for record in records:
-        groups.setdefault(record["__positions__"] // G, []).append(record)
+        groups.setdefault(schedule.batch_at(record["__positions__"]), []).append(record)
     return groups
+
+
+def splits(schedule: BatchSchedule, cursor: int, step_size: int) -> bool:
+    """Whether micro-steps of ``step_size`` can continue from ``cursor``: the rest of its global batch and
+    every global batch after it are whole micro-steps (the rule a restore must follow)."""
+    b = schedule.batch_at(cursor)
+    if (cursor - schedule.start(b)) % step_size:
+        return False
+    return all(size % step_size == 0 for _, size in schedule.sizes_from(b))
 
 
 def check_restore_everywhere(
     dataset: Any,
     *,
-    global_batch_size: int,
+    global_batch_size: int | Any,
     before: Topology,
     after: Topology,
     start: int = 0,
@@ -106,16 +118,19 @@ def check_restore_everywhere(
 ) -> dict[str, int]:
     """Assert elastic restore from every micro-step of ``before`` into ``after``.
 
-    ``start`` (a multiple of the global batch size) begins the window deeper in
-    the reel, e.g. just before an epoch boundary.  Returns counts for reporting.
+    ``global_batch_size`` may be a schedule (:class:`~datareel.RampUp`, pieces).  ``start`` (a
+    global-batch boundary) begins the window deeper in the reel, e.g. just before an epoch boundary.
+    Returns counts for reporting.
     """
-    G = global_batch_size
-    if start % G:
-        raise OptionError(f"start={start} must be a multiple of global_batch_size={G}")
-    stop = start + global_batches * G
+    G = BatchSchedule.of(global_batch_size)
+    first_batch = G.batch_at(start)
+    if G.start(first_batch) != start:
+        raise OptionError(f"start={start} must be a global-batch boundary of global_batch_size={global_batch_size}")
+    stop = G.start(first_batch + global_batches)
     common = dict(global_batch_size=G, seed=seed, **common)
 
-    reference_loader = Loader(dataset, micro_batch_size=G, **common)
+    single = math.gcd(*(size for _, size in G.sizes_from(first_batch)))  # the reference's micro-batch: one per batch
+    reference_loader = Loader(dataset, micro_batch_size=G.constant or single, **common)
     _fast_forward([reference_loader], start)
     reference = [r for records, _ in _steps([reference_loader], [iter(reference_loader)], stop) for r in records]
     positions = [r["__positions__"] for r in reference]
@@ -138,7 +153,7 @@ def check_restore_everywhere(
                 loader.load_state_dict(state)
         except TopologyError:
             S = after.micro_batch_size * after.world_size
-            expect((cursor % G) % S != 0, f"a state at cursor {cursor} was refused although {S} divides it")
+            expect(not splits(G, cursor, S), f"a state at cursor {cursor} was refused although {S} splits the rest")
             expect(cursor != end or end == stop, f"the state at the end of the pass ({cursor}) was refused")
             refused += 1
             continue

@@ -46,20 +46,22 @@ def take_global_batches(
 ) -> list[list[Any]]:
     """Consume ``count`` global batches from ranks ``0 .. W-1`` in lockstep.
 
-    ``loaders[r]`` must be rank ``r`` of one topology.  A finite reel may end
-    early: the returned list is then shorter, its last global batch partial.
+    ``loaders[r]`` must be rank ``r`` of one topology.  A global batch ends where the loaders'
+    schedule ends it (the first one at the next boundary, if they start mid-batch).  A finite reel may
+    end early: the returned list is then shorter, its last global batch partial.
     """
     if iterators is None:
         iterators = [iter(loader) for loader in loaders]
-    steps = loaders[0].accumulation_steps
     out: list[list[Any]] = []
     for _ in range(count):
         records: list[Any] = []
-        for _step in range(steps):
+        while True:
             step = take_micro_step(iterators)
             if step is None:
                 break
             records.extend(step)
+            if loaders[0].at_global_batch_boundary:
+                break
         if not records:
             break
         out.append(records)

@@ -1,0 +1,278 @@
+"""Global batch size schedules: where each global batch starts when its size changes over the run.
+
+Global batch ``b`` covers reel positions ``[S_b, S_b + G_b)`` with ``S_b = sum(G_i for i < b)``.
+A schedule is resolved once into *pieces*, runs of consecutive global batches of one size::
+
+    batches[i]   first global batch of piece i      (ints, increasing)
+    positions[i] its first reel position S          (ints, increasing)
+    sizes[i]     the size G of each of its batches  (the last piece never ends)
+
+so ``S_b``, ``G_b`` and the batch holding a position are one binary search and a
+multiplication each, for any ``b`` (no loop over batches).  Three rules are declared:
+
+- an ``int`` ``G``: one piece;
+- :class:`RampUp` ``(start, increment, ramp_samples, final)``, Megatron-LM's
+  ``--rampup-batch-size START INCREMENT SAMPLES`` with ``--global-batch-size FINAL``;
+- a piecewise list ``[(from_global_batch, G), ...]`` (the first from batch 0).
+
+A schedule may also be *anchored* at ``(batch, position)``: it then describes only the
+batches from that global batch on, the first starting at that position.  A restart that
+changes the batch size on purpose anchors the new rule where the old one stopped
+(:meth:`BatchSchedule.anchored`); the state records rule and anchor, so a later restore
+cuts the same batches.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DatareelError, OptionError, check_int
+
+
+@dataclass(frozen=True)
+class RampUp:
+    """Megatron-LM's batch-size ramp-up: start at ``start``, grow by ``increment`` over ``ramp_samples``
+    samples, then stay at ``final``.
+
+    The rule (Megatron-LM, ``megatron/core/num_microbatches_calculator.py``,
+    ``RampupBatchsizeNumMicroBatchesCalculator.update``): with ``n = (final - start) / increment``
+    increments and ``r = ramp_samples / n`` samples per increment (a float), the global batch that
+    begins after ``c`` consumed samples has ``final`` samples if ``c > ramp_samples``, else
+    ``start + increment * int(c / r)``.  Megatron evaluates it before every iteration, so batch
+    ``b + 1`` begins where batch ``b`` ends.  With packing, "samples" are packs.
+
+    Example (``--rampup-batch-size 32 32 1000000 --global-batch-size 256``)::
+
+        Loader(data, global_batch_size=datareel.RampUp(32, 32, 1_000_000, 256), micro_batch_size=4)
+    """
+
+    start: int
+    increment: int
+    ramp_samples: int
+    final: int
+
+    def __post_init__(self) -> None:
+        for name in ("start", "increment", "ramp_samples", "final"):
+            object.__setattr__(self, name, check_int(getattr(self, name), name, minimum=1, where="RampUp"))
+        start, increment, final = self.start, self.increment, self.final
+        if final < start:
+            raise OptionError(
+                f"RampUp(start={start}, final={final}): the final global batch size must be at least the start; "
+                f"for a constant size pass global_batch_size={final}"
+            )
+        if (final - start) % increment:
+            raise OptionError(
+                f"RampUp(start={start}, increment={increment}, final={final}): final - start = {final - start} is "
+                f"not a multiple of increment={increment} (Megatron requires it); choose an increment that "
+                f"divides {final - start}"
+            )
+
+    @property
+    def increments(self) -> int:
+        return (self.final - self.start) // self.increment
+
+    def size_after(self, consumed: int) -> int:
+        """Megatron's size for the global batch that begins after ``consumed`` samples."""
+        if consumed > self.ramp_samples or self.increments == 0:
+            return self.final
+        per_increment = self.ramp_samples / self.increments  # a float, as in Megatron
+        return self.start + int(consumed / per_increment) * self.increment
+
+    def next_change(self, consumed: int) -> int:
+        """The first ``c > consumed`` where :meth:`size_after` grows (``size_after(consumed) < final``)."""
+        level = (self.size_after(consumed) - self.start) // self.increment
+        per_increment = self.ramp_samples / self.increments
+        c = max(consumed + 1, math.ceil((level + 1) * per_increment))  # float estimate: step to the exact one
+        while c - 1 > consumed and int((c - 1) / per_increment) > level:
+            c -= 1
+        while c <= self.ramp_samples and int(c / per_increment) <= level:
+            c += 1
+        return min(c, self.ramp_samples + 1)
+
+
+Rule = int | RampUp | tuple[tuple[int, int], ...]
+"""A declared schedule, canonical: an int when it is constant."""
+
+
+def canonical_rule(value: Any) -> Rule:
+    """``value`` (an int, a :class:`RampUp` or ``[(from_global_batch, G), ...]``) as a canonical rule;
+    :class:`OptionError` naming what is wrong otherwise."""
+    if isinstance(value, BatchSchedule):
+        return value.rule
+    if isinstance(value, RampUp):
+        return value.final if value.start == value.final else value
+    if isinstance(value, (list, tuple)):
+        return _pieces_rule(value)
+    return check_int(value, "global_batch_size", minimum=1)
+
+
+def _pieces_rule(value: Any) -> Rule:
+    if not value:
+        raise OptionError("global_batch_size=[] is empty; give [(0, G), (from_global_batch, G), ...]")
+    out: list[tuple[int, int]] = []
+    for item in value:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2):
+            raise OptionError(
+                f"global_batch_size: piece {item!r} must be a pair (from_global_batch, global_batch_size)"
+            )
+        first = check_int(item[0], "from_global_batch", where="global_batch_size piece")
+        size = check_int(item[1], "global_batch_size", minimum=1, where="global_batch_size piece")
+        if not out and first != 0:
+            raise OptionError(
+                f"global_batch_size: the first piece {tuple(item)} must start at global batch 0, "
+                f"e.g. [(0, {size}), ...]"
+            )
+        if out and first <= out[-1][0]:
+            raise OptionError(
+                f"global_batch_size: piece {tuple(item)} starts at global batch {first}, not after the previous "
+                f"piece's {out[-1][0]}; list pieces in increasing order of their first global batch"
+            )
+        if not out or size != out[-1][1]:  # a piece of the previous size only continues it
+            out.append((first, size))
+    return out[0][1] if len(out) == 1 else tuple(out)
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """A resolved schedule: the declared ``rule`` from global batch ``anchor[0]`` at position ``anchor[1]``."""
+
+    rule: Rule
+    anchor: tuple[int, int] = (0, 0)
+    batches: tuple[int, ...] = field(init=False, repr=False)
+    positions: tuple[int, ...] = field(init=False, repr=False)
+    sizes: tuple[int, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        pieces = list(_resolve(self.rule, *self.anchor))
+        object.__setattr__(self, "batches", tuple(p[0] for p in pieces))
+        object.__setattr__(self, "positions", tuple(p[1] for p in pieces))
+        object.__setattr__(self, "sizes", tuple(p[2] for p in pieces))
+
+    @classmethod
+    def of(cls, value: Any) -> BatchSchedule:
+        """A schedule from what ``Loader(global_batch_size=...)`` accepts."""
+        return value if isinstance(value, BatchSchedule) else cls(canonical_rule(value))
+
+    # -- lookups: O(log pieces) ----------------------------------------------------------------------
+    @property
+    def constant(self) -> int | None:
+        """The size when every batch has it, else ``None``."""
+        return self.rule if isinstance(self.rule, int) else None
+
+    @property
+    def final(self) -> int:
+        """The size the schedule settles at (its last piece's)."""
+        return self.sizes[-1]
+
+    def _piece_of_batch(self, b: int) -> int:
+        if b < self.anchor[0]:
+            raise DatareelError(
+                f"global batch {b} lies before this schedule's anchor (global batch {self.anchor[0]}, where the "
+                f"batch size was last changed): its size is not recorded"
+            )
+        return bisect_right(self.batches, b) - 1
+
+    def start(self, b: int) -> int:
+        """``S_b``: the first reel position of global batch ``b``."""
+        i = self._piece_of_batch(b)
+        return self.positions[i] + (b - self.batches[i]) * self.sizes[i]
+
+    def size(self, b: int) -> int:
+        """``G_b``: the size of global batch ``b``."""
+        return self.sizes[self._piece_of_batch(b)]
+
+    def batch_at(self, position: int) -> int:
+        """The global batch holding reel position ``position``."""
+        if position < self.anchor[1]:
+            raise DatareelError(
+                f"reel position {position} lies before this schedule's anchor (position {self.anchor[1]}, where "
+                f"the batch size was last changed); the state is damaged"
+            )
+        i = bisect_right(self.positions, position) - 1
+        return self.batches[i] + (position - self.positions[i]) // self.sizes[i]
+
+    def sizes_from(self, b: int) -> Iterator[tuple[int, int]]:
+        """``(first global batch, size)`` of every piece from global batch ``b`` on."""
+        i = self._piece_of_batch(b)
+        yield b, self.sizes[i]
+        yield from zip(self.batches[i + 1 :], self.sizes[i + 1 :])
+
+    # -- changes and the state ----------------------------------------------------------------------
+    def anchored(self, b: int, position: int) -> BatchSchedule:
+        """This rule, continuing from global batch ``b`` at reel position ``position``."""
+        return BatchSchedule(self.rule, (b, position))
+
+    def spec(self) -> Any:
+        """The state's ``global_batch_size``: an int for a constant, unanchored schedule (as before schedules
+        existed), else ``{"ramp_up": [...]}`` / ``{"pieces": [...]}``, with ``{"from": [batch, position]}``."""
+        rule: Any = self.rule
+        if isinstance(rule, RampUp):
+            rule = {"ramp_up": [rule.start, rule.increment, rule.ramp_samples, rule.final]}
+        elif isinstance(rule, tuple):
+            rule = {"pieces": [list(piece) for piece in rule]}
+        if self.anchor == (0, 0):
+            return rule
+        return {"from": list(self.anchor), "rule": rule}
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> BatchSchedule:
+        """Read a state's ``global_batch_size``; :class:`DatareelError` if it is damaged."""
+        try:
+            anchor: tuple[int, int] = (0, 0)
+            if isinstance(spec, dict) and set(spec) == {"from", "rule"}:
+                b, p = spec["from"]
+                anchor = (check_int(b, "from batch"), check_int(p, "from position"))
+                spec = spec["rule"]
+            if isinstance(spec, dict) and set(spec) == {"ramp_up"}:
+                return cls(canonical_rule(RampUp(*spec["ramp_up"])), anchor)
+            if isinstance(spec, dict) and set(spec) == {"pieces"}:
+                return cls(canonical_rule(spec["pieces"]), anchor)
+            if isinstance(spec, dict):
+                raise OptionError(f"unknown schedule keys {sorted(spec)}")
+            return cls(canonical_rule(spec), anchor)
+        except (OptionError, TypeError, ValueError) as exc:
+            raise DatareelError(
+                f"state global_batch_size={spec!r} cannot be read ({exc}); the state is damaged"
+            ) from None
+
+    def describe(self) -> str:
+        """The rule in words, for messages."""
+        rule = self.rule
+        if isinstance(rule, RampUp):
+            text = (
+                f"RampUp(start={rule.start}, increment={rule.increment}, ramp_samples={rule.ramp_samples}, "
+                f"final={rule.final})"
+            )
+        elif isinstance(rule, tuple):
+            text = f"pieces {[tuple(p) for p in rule]}"
+        else:
+            text = str(rule)
+        return (
+            text if self.anchor == (0, 0) else f"{text} from global batch {self.anchor[0]} (position {self.anchor[1]})"
+        )
+
+
+def _resolve(rule: Rule, b: int, position: int) -> Iterator[tuple[int, int, int]]:
+    """-> ``(first batch, first position, size)`` per piece, from global batch ``b`` at ``position`` on."""
+    if isinstance(rule, int):
+        yield b, position, rule
+    elif isinstance(rule, RampUp):
+        while True:  # one round per size the ramp reaches: O(increments)
+            size = rule.size_after(position)
+            yield b, position, size
+            if size == rule.final:
+                return
+            count = -(-(rule.next_change(position) - position) // size)  # batches of this size
+            b, position = b + count, position + count * size
+    else:
+        firsts = [first for first, _ in rule]
+        i = bisect_right(firsts, b) - 1
+        yield b, position, rule[i][1]
+        for (first, size), (_, before) in zip(rule[i + 1 :], rule[i:]):
+            position += (first - b) * before
+            b = first
+            yield b, position, size

@@ -1,0 +1,71 @@
+"""Restoring a state into a loader: its cursor, and the global batch schedule the rest of the run follows.
+
+A state records the schedule that cut its global batches (``spec.global_batch_size``: the rule and,
+after a deliberate change, the global batch and position from which it applies).  Restoring it
+
+- into a loader declaring the same rule continues that schedule exactly (its anchor included);
+- into a loader declaring another rule is refused (:class:`~datareel.StateMismatchError`, naming
+  ``allow_batch_size_change``), unless the caller passes ``allow_batch_size_change=True`` and the
+  state's cursor lies at a global-batch boundary of the saved schedule: the loader's rule then applies
+  from that global batch on, starting at the cursor.  The samples that follow are the same; only the
+  cuts between global batches move.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .errors import DatareelError, TopologyError
+from .plan.layout import Layout
+from .plan.schedule import BatchSchedule
+from .reel.cursor import Cursor
+from .state import read_state
+
+if TYPE_CHECKING:
+    from .loader import Loader
+
+log = logging.getLogger("datareel")
+
+
+def saved_schedule(state: Any) -> BatchSchedule | None:
+    """The schedule a state was saved with; ``None`` when it cannot be read (``read_state`` then says why)."""
+    spec = state.get("spec") if isinstance(state, dict) else None
+    if not isinstance(spec, dict) or "global_batch_size" not in spec:
+        return None
+    try:
+        return BatchSchedule.from_spec(spec["global_batch_size"])
+    except DatareelError:
+        return None
+
+
+def restore_layout(loader: Loader, state: Any, allow_batch_size_change: bool) -> tuple[Layout, Cursor]:
+    """The layout and cursor ``loader`` continues with after restoring ``state`` (see the module doc)."""
+    layout, saved = loader.layout, saved_schedule(state)
+    if saved is not None and saved.rule == layout.schedule.rule:  # the same rule: keep the saved anchor
+        layout = layout.with_schedule(saved)
+        return layout, read_state(state, loader._spec(layout))
+    if saved is None or not allow_batch_size_change:
+        return layout, read_state(state, loader._spec(layout))  # refuses a changed global_batch_size
+    spec = {**loader._spec(layout), "global_batch_size": state["spec"]["global_batch_size"]}
+    cursor = read_state(state, spec)  # every other field must still match
+    P = cursor.position
+    b = saved.batch_at(P)
+    offset = P - saved.start(b)
+    if offset:
+        raise TopologyError(
+            f"allow_batch_size_change=True: the state's cursor {P} is {offset} samples into global batch {b} "
+            f"(of {saved.size(b)}) of the saved schedule {saved.describe()}; the global batch size can change only "
+            f"between global batches, or that batch would hold samples of two sizes. Restore a checkpoint "
+            f"saved at a global-batch boundary (after an optimizer step), or finish the batch with the saved "
+            f"global_batch_size first"
+        )
+    schedule = BatchSchedule(layout.schedule.rule, (b, P))
+    log.info(
+        "global batch size changed at global batch %d (reel position %d): saved %s, now %s",
+        b,
+        P,
+        saved.describe(),
+        schedule.describe(),
+    )
+    return layout.with_schedule(schedule), cursor
