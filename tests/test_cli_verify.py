@@ -87,10 +87,12 @@ def check(kind, G, W, m, steps, Wn, mn, N):
     if kind in ("plain", "mixed"):  # the cursor counts samples: every one read is some source's
         assert verdict["inputs_read"] == state["cursor"] == sum(s["read"] for s in verdict["sources"])
     iterators = [iter(r) for r in ranks]
-    A = ranks[0].accumulation_steps
-    for b in range(2):
+    for b in range(2):  # the rest of the cursor's global batch, then the next whole one
+        assert verdict["next"][b]["global_batch"] == ranks[0].global_batch
         for r, it in enumerate(iterators):
-            keys = [k for _ in range(A) for k in next(it)]
+            keys = list(next(it))
+            while not ranks[r].at_global_batch_boundary:
+                keys += next(it)
             assert verdict["next"][b]["ranks"][r] == keys, (b, r)
     for r in ranks:
         r.close()

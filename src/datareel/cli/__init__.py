@@ -87,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--seed", type=int, default=None, help="default: the state's")
     verify.add_argument("--global-batch-size", type=int, default=None, help="default: the state's")
     verify.add_argument(
+        "--allow-batch-size-change",
+        action="store_true",
+        help="restore as load_state_dict(state, allow_batch_size_change=True) does (with --global-batch-size)",
+    )
+    verify.add_argument(
         "--task-encoder", default=None, help="module:Class of the job's encoder (default: the one the state names)"
     )
     verify.add_argument("--no-repeat", action="store_true", help="the job's loader had repeat=False")
@@ -243,6 +248,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             task_encoder=args.task_encoder,
             seed=args.seed,
             global_batch_size=args.global_batch_size,
+            allow_batch_size_change=args.allow_batch_size_change,
         )
         print(
             json.dumps(verdict, indent=2, default=str)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatareelError
+from ..plan.schedule import BatchSchedule
 from ..state import FORMAT, VERSION, _looks_like_energon, state_check
 
 PAIRS_SHOWN = 12
@@ -182,9 +183,9 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
     cursor = state.get("cursor")
     if not isinstance(spec, dict) or not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 0:
         raise DatareelError(f"the state is damaged: cursor={cursor!r} and spec must be an int >= 0 and a dict")
-    G = spec.get("global_batch_size")
-    if not isinstance(G, int) or isinstance(G, bool) or G < 1:
-        raise DatareelError(f"the state is damaged: global_batch_size={G!r} must be an int >= 1")
+    schedule = BatchSchedule.from_spec(spec.get("global_batch_size"))  # DatareelError naming it if damaged
+    b = schedule.batch_at(cursor)
+    G, offset = schedule.size(b), cursor - schedule.start(b)
     try:
         expected = state_check(state)
     except (TypeError, ValueError):
@@ -196,8 +197,7 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
     )
     stage = spec.get("stage") if isinstance(spec.get("stage"), dict) else None
     packed = "packing" in spec or stage is not None  # the cursor counts packs (or a windowed stage's outputs)
-    offset = cursor % G
-    fits = math.gcd(G, offset)  # m·W must divide this (gcd(G, 0) = G)
+    fits = math.gcd(offset, *(size for _, size in schedule.sizes_from(b)))  # m·W must divide this and every size ahead
     divisors = _divisors(fits)
     pairs = [[w, m] for w in divisors for m in divisors if fits % (w * m) == 0]
     dataset = spec.get("dataset") if isinstance(spec.get("dataset"), dict) else {}
@@ -208,7 +208,8 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
         "cursor": cursor,
         "unit": "packs" if "packing" in spec or (stage and stage.get("pack")) else "outputs" if stage else "samples",
         "global_batch_size": G,
-        "global_batch": cursor // G,
+        "schedule": None if schedule.constant is not None and schedule.anchor == (0, 0) else schedule.describe(),
+        "global_batch": b,
         "into_global_batch": offset,
         "pack": state.get("pack"),
         "seed": spec.get("seed"),
@@ -239,6 +240,8 @@ def format_description(d: dict[str, Any]) -> str:
         f"            = global batch {d['global_batch']:,} (global_batch_size {d['global_batch_size']:,})"
         + (f", {d['into_global_batch']:,} {d['unit']} into it" if d["into_global_batch"] else ", at its start"),
     ]
+    if d.get("schedule"):
+        lines.append(f"schedule    global batch sizes: {d['schedule']}")
     if d["pack"] is not None:
         lines.append(f"pack        next pack: input window {d['pack'][0]:,}, pack {d['pack'][1]:,} of that window")
     if "epoch" in d:

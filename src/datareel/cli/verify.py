@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import DatareelError, OptionError, StateMismatchError
 from ..loader import Loader
 from ..plan.nodes import consumed
+from ..plan.schedule import BatchSchedule
 from ..reel.packing import Packing
 from ..reel.windowed import WindowedStage
 
@@ -50,7 +51,9 @@ def _import(qualified: str, what: str) -> Any:
 
 def loader_options(spec: dict[str, Any], *, task_encoder: str | None = None) -> dict[str, Any]:
     """``Loader`` keyword arguments rebuilt from a state's spec (``task_encoder``: overrides the class it names)."""
-    options: dict[str, Any] = {k: spec[k] for k in ("seed", "shuffle", "global_batch_size") if k in spec}
+    options: dict[str, Any] = {k: spec[k] for k in ("seed", "shuffle") if k in spec}
+    if "global_batch_size" in spec:  # an int, or a schedule (with where a change anchored it)
+        options["global_batch_size"] = BatchSchedule.from_spec(spec["global_batch_size"])
     packing = spec.get("packing")
     if isinstance(packing, dict):
         length = packing.get("length")
@@ -98,11 +101,13 @@ def verify_state(
     show: int = 2,
     repeat: bool = True,
     task_encoder: str | None = None,
+    allow_batch_size_change: bool = False,
     **overrides: Any,
 ) -> dict[str, Any]:
     """The verdict as plain data: ``ok``, and either ``next`` (``show`` global batches: per rank, the keys
     of its samples, or of each pack's samples, in the order it reads them) or ``error`` (type, message,
-    and for a spec mismatch the differing ``fields``, saved and now)."""
+    and for a spec mismatch the differing ``fields``, saved and now).  ``allow_batch_size_change``
+    restores as the job would with ``load_state_dict(state, allow_batch_size_change=True)``."""
     spec = state.get("spec") if isinstance(state, dict) else None
     try:
         options = loader_options(spec if isinstance(spec, dict) else {}, task_encoder=task_encoder)
@@ -122,7 +127,7 @@ def verify_state(
             repeat=repeat,
             **options,
         )
-        loader.load_state_dict(state)
+        loader.load_state_dict(state, allow_batch_size_change=allow_batch_size_change)
     except DatareelError as exc:
         error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, StateMismatchError):
@@ -157,20 +162,18 @@ def _per_source(loader: Loader) -> dict[str, Any]:
 
 def _next_keys(loader: Loader, world_size: int, show: int) -> list[dict[str, Any]]:
     """Per global batch, per rank: the keys each rank reads (its micro-batches in order, concatenated)."""
-    A, G = loader.accumulation_steps, loader.layout.global_batch_size
-    first = loader.cursor // G
+    schedule, first = loader.schedule, loader.global_batch
     per_rank = []
     for rank in range(world_size):
         steps = loader.reel.stream(loader.reel_cursor, loader.layout, rank)
         batches: list[list[Any]] = []
-        for _ in range(show):
+        for b in range(first, first + show):
             keys: list[Any] = []
-            for _step in range(A):
-                step = next(steps, None)
-                if step is None:
-                    break
+            for step in steps:  # this global batch's micro-steps: until the cursor reaches the next batch
                 if step.descriptor is not None:
                     keys += _keys(loader, step.descriptor)
+                if step.after.position >= schedule.start(b + 1):
+                    break
             batches.append(keys)
         per_rank.append(batches)
     return [{"global_batch": first + b, "ranks": [per_rank[r][b] for r in range(world_size)]} for b in range(show)]
