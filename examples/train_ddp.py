@@ -103,19 +103,20 @@ def main() -> None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(args.log_dir / f"rank{rank}.jsonl", "a")
 
-    samples_per_rank = args.global_batch_size // world
-    it = iter(loader)
+    groups = loader.global_batches()  # one group of micro-batches per optimizer step (any batch-size schedule)
     stop = min(args.global_batches, args.stop_after or args.global_batches)
     while step < stop:
         optimizer.zero_grad()
-        for a in range(loader.accumulation_steps):
-            batch = next(it)
+        group = next(groups)
+        samples_per_rank = group.size // world
+        for batch in group:
             if log:
                 log.write(
                     json.dumps({"positions": batch["__positions__"].tolist(), "ids": batch["id"].tolist()}) + "\n"
                 )
                 log.flush()
-            sync = contextlib.nullcontext() if a == loader.accumulation_steps - 1 else model.no_sync()
+            # gradients are all-reduced only with the global batch's last micro-batch
+            sync = contextlib.nullcontext() if loader.at_global_batch_boundary else model.no_sync()
             with sync:
                 error = model(batch["x"]).squeeze(-1) - batch["y"]
                 # sum over this rank's share of the global batch; DDP averages over ranks
