@@ -212,6 +212,94 @@ def test_global_batches_have_the_schedules_sizes_and_cover_the_reel_prefix(sched
     assert [record["__positions__"] for batch in batches for record in batch] == list(range(resolved.start(6)))
 
 
+@st.composite
+def shifting(draw):
+    """Two topologies and a schedule whose early sizes only the first divides: restores on the second
+    are refused until those sizes are past, then continue on a micro-step grid that is not a multiple
+    of its m·W from position 0 (global batches start off it)."""
+    W, W2 = draw(st.integers(1, 2), label="W"), draw(st.integers(1, 3), label="W'")
+    m, m2 = draw(st.integers(1, 2), label="m"), draw(st.integers(1, 3), label="m'")
+    u, L = m * W, math.lcm(m * W, m2 * W2)
+    early = [u * draw(st.integers(1, 5), label="early size") for _ in range(draw(st.integers(1, 3)))]
+    late = [L * draw(st.integers(1, 2), label="late size") for _ in range(draw(st.integers(1, 2)))]
+    firsts = sorted(draw(st.sets(st.integers(1, 9), min_size=len(early) + len(late) - 1,
+                                 max_size=len(early) + len(late) - 1)))  # fmt: skip
+    return dict(schedule=list(zip([0, *firsts], early + late)), before=(W, m), after=(W2, m2))
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=shifting(), n=st.integers(1, 120), seed=st.integers(0, 2**32), kind=st.sampled_from(["plain", "packing"]))
+def test_restores_past_sizes_the_new_topology_cannot_split_continue_off_the_grid(s, n, seed, kind):
+    (W, m), (W2, m2) = s["before"], s["after"]
+    if kind == "plain":
+        dataset, options = ids(n), {"task_encoder": NoisyEncoder()}
+    else:
+        dataset, length = lengths_dataset([(i * 5) % 7 + 1 for i in range(n)])
+        options = _packed_options("packing", length)
+    report = check_restore_everywhere(
+        dataset, global_batch_size=s["schedule"], before=Topology(W, 0, m), after=Topology(W2, 0, m2),
+        global_batches=12, seed=seed, **options,
+    )  # fmt: skip
+    assert report["restored"] >= 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    old=schedules(unit=1),
+    new=schedules(unit=6),
+    boundary=st.integers(1, 9),
+    after=st.sampled_from([(1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (2, 3), (3, 2), (1, 6), (6, 1)]),
+    seed=st.integers(0, 2**32),
+)
+def test_after_a_change_every_micro_step_restores_everywhere(old, new, boundary, after, seed):
+    """The run after a change (its schedule anchored where the old one stopped, often off the new m·W
+    grid) saves at every micro-step and restores on another topology with identical global batches."""
+    P = BatchSchedule.of(old).start(boundary)
+    anchored = BatchSchedule(BatchSchedule.of(new).rule, (boundary, P))
+    report = check_restore_everywhere(
+        ids(150), global_batch_size=anchored, before=Topology(2, 0, 3), after=Topology(after[0], 0, after[1]),
+        start=P, global_batches=3, seed=seed, task_encoder=NoisyEncoder(),
+    )  # fmt: skip
+    assert report["restored"] >= 1
+
+
+def test_the_end_of_a_pass_and_sizes_it_never_reaches():
+    # a pass that ends inside a global batch: the batch is done, and a size change there is not "mid-batch"
+    loader = datareel.Loader(ids(13), global_batch_size=4, micro_batch_size=1, repeat=False)
+    groups = [len(list(group)) for group in loader.global_batches()]
+    assert groups == [4, 4, 4, 1] and loader.global_batch == 4 and loader.at_global_batch_boundary
+    other = datareel.Loader(ids(13), global_batch_size=6, micro_batch_size=2, repeat=False)
+    other.load_state_dict(loader.state_dict(), allow_batch_size_change=True)
+    assert (
+        list(other) == []
+        and other.global_batch == 4
+        and other.state_dict()["spec"]["global_batch_size"]
+        == {
+            "from": [4, 13],
+            "rule": 6,
+        }
+    )
+    # sizes past the end of a finite pass are not refused: global batch 2 starts at 8, the end of the pass
+    short = datareel.Loader(ids(8), global_batch_size=[(0, 4), (2, 2), (3, 4)], micro_batch_size=4, repeat=False)
+    assert [len(batch["id"]) for batch in short] == [4, 4]
+    longer = datareel.Loader(ids(9), global_batch_size=[(0, 4), (2, 2), (3, 4)], micro_batch_size=4, repeat=False)
+    with pytest.raises(TopologyError, match=r"global batch 2 .*global_batch_size=2"):
+        iter(longer)
+    with pytest.raises(TopologyError, match=r"global batch 2 .*global_batch_size=2"):
+        longer.accumulation_steps_at(2)  # never a silently rounded count
+
+
+def test_a_mid_batch_refusal_suggests_only_sizes_that_restore():
+    schedule = [(0, 12), (1, 8), (2, 24)]
+    saving = datareel.Loader(ids(100), global_batch_size=schedule, micro_batch_size=1)
+    it = iter(saving)
+    for _ in range(3):
+        next(it)  # 3 samples into global batch 0: 3 divides the rest (9), not global batch 1 (8)
+    with pytest.raises(TopologyError, match=r"in \[1\]") as refused:
+        datareel.Loader(ids(100), global_batch_size=schedule, micro_batch_size=2).load_state_dict(saving.state_dict())
+    assert "3" not in refused.value.args[0].split("in [")[-1]
+
+
 # -- the loop-facing API ----------------------------------------------------------------------------------
 def test_global_batches_groups_micro_batches_by_optimizer_step():
     loader = datareel.Loader(ids(100), global_batch_size=[(0, 4), (2, 8), (3, 2)], micro_batch_size=2)
@@ -273,8 +361,10 @@ def test_bad_schedules_are_refused_naming_the_value_and_the_fix():
         ([(0, 8, 1)], "must be a pair"),
     ]
     for schedule, message in cases:
-        with pytest.raises(TopologyError, match=message):
+        with pytest.raises(datareel.OptionError, match=message):
             datareel.Loader(ids(10), global_batch_size=schedule, micro_batch_size=1)
+    with pytest.raises(TopologyError, match="global_batch_size=0"):  # an int out of range: as before schedules
+        datareel.Loader(ids(10), global_batch_size=0, micro_batch_size=1)
     with pytest.raises(datareel.OptionError, match="not a multiple of increment"):
         RampUp(8, 3, 100, 16)
     with pytest.raises(datareel.OptionError, match="at least the start"):
@@ -590,3 +680,12 @@ def test_inspect_and_verify_read_a_schedule_state_and_try_a_change(tmp_path, cap
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["cursor"] == 44 and [batch["global_batch"] for batch in verdict["next"]] == [7, 8]
     assert [len(batch["ranks"][0]) for batch in verdict["next"]] == [8, 8]
+    # a schedule on the command line, as JSON: the saved one (no flag needed), or pieces to change to
+    assert main([*args, "--global-batch-size", '{"ramp_up": [4, 4, 40, 16]}', "--json"]) == 0
+    assert [len(b["ranks"][0]) for b in json.loads(capsys.readouterr().out)["next"]] == [16, 16]
+    pieces = ["--global-batch-size", "[[0, 4], [8, 2]]", "--allow-batch-size-change", "--json"]
+    assert main([*args, *pieces]) == 0
+    assert [len(b["ranks"][0]) for b in json.loads(capsys.readouterr().out)["next"]] == [4, 2]
+    with pytest.raises(SystemExit):
+        main([*args, "--global-batch-size", "[[1, 4]]"])
+    assert "must start at global batch 0" in capsys.readouterr().err

@@ -41,8 +41,8 @@ log = logging.getLogger("datareel")
 class Loader:
     """Iterates this rank's micro-batches of a deterministic, topology-free reel.
 
-    Global batch ``b`` is always reel positions ``[b G, (b + 1) G)``; rank ``r``
-    reads ``m`` of them per micro-step (see :mod:`datareel.plan.layout`).  The
+    Global batch ``b`` is always reel positions ``[b G, (b + 1) G)`` (``[S_b, S_b + G_b)`` under a
+    schedule, below); rank ``r`` reads ``m`` of them per micro-step (see :mod:`datareel.plan.layout`).  The
     state saved by :meth:`state_dict` restores on any world size, worker count
     and micro-batch size whose product ``m W`` divides the rest of the current
     global batch.  ``global_batch_size`` may be a schedule (:class:`~datareel.RampUp`, Megatron's
@@ -154,14 +154,22 @@ class Loader:
     @property
     def global_batch(self) -> int:
         """The global batch the next micro-batch belongs to (when :attr:`at_global_batch_boundary`, the number
-        of global batches completed, i.e. optimizer steps taken)."""
-        return self.layout.schedule.batch_at(self.cursor)
+        of global batches completed, i.e. optimizer steps taken; after a pass that ended inside a global
+        batch, the one after it)."""
+        schedule, cursor = self.layout.schedule, self.cursor
+        b = schedule.batch_at(cursor)
+        if schedule.start(b) != cursor and self.reel.at_end(self._cursor):
+            b += 1  # the pass ended inside global batch b: that (partial) batch is done
+        return b
 
     @property
     def at_global_batch_boundary(self) -> bool:
         """Whether the micro-batches handed out so far end a global batch: right after a ``next()``, the
         micro-batch just received is the last of its global batch (step the optimizer after it).  Also
-        true once a ``repeat=False`` pass has been consumed to its end."""
+        true once a ``repeat=False`` pass has been consumed to its end.  The last, partial micro-step of
+        such a pass may give a rank nothing (docs/guarantees.md): that rank's previous micro-batch is then
+        not flagged, and its iterator ends (``StopIteration``) where the others read one more, as with
+        any uneven end of data (DDP's ``join()`` handles it)."""
         if self.reel.at_end(self._cursor):
             return True
         cursor = self.cursor
@@ -213,8 +221,8 @@ class Loader:
 
     # -- iteration ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        if not self.reel.at_end(self._cursor):
-            self.layout.check_sizes(self.global_batch)  # before any data moves: every batch ahead is whole steps
+        if not self.reel.at_end(self._cursor):  # before any data moves: every batch ahead is whole micro-steps
+            self.layout.check_sizes(self.global_batch, until=self.reel.bound())
         self._generation += 1
         return _LoaderIterator(self, self._generation)
 

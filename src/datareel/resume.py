@@ -52,6 +52,8 @@ def restore_layout(loader: Loader, state: Any, allow_batch_size_change: bool) ->
     P = cursor.position
     b = saved.batch_at(P)
     offset = P - saved.start(b)
+    if offset and loader.reel.at_end(cursor):  # a pass that ended inside global batch b: nothing is left of it
+        b, offset = b + 1, 0
     if offset:
         raise TopologyError(
             f"allow_batch_size_change=True: the state's cursor {P} is {offset} samples into global batch {b} "

@@ -57,7 +57,9 @@ GUARANTEES: dict[str, str] = {
     "other samples",
     "global_batch_size": "the global batches: with another global batch size (or schedule) they would differ from "
     "the uninterrupted run's. To change it on purpose, restore at a global-batch boundary with "
-    "load_state_dict(state, allow_batch_size_change=True): the same samples follow, cut into the new sizes",
+    "allow_batch_size_change=True (load_state_dict(state, allow_batch_size_change=True), restore_state_global(..., "
+    "allow_batch_size_change=True), or get_train_dataset(..., allow_batch_size_change=True) in datareel.energon): "
+    "the same samples follow, cut into the new sizes",
     "packing": "which samples each pack holds: other packing options or lengths would plan other packs, so the "
     "cursor's (window, offset) would point at packs the saved run never made",
 }

@@ -85,7 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--split", default="train", help="split of a prepared directory (default train)")
     verify.add_argument("--name", default=None, help="the dataset name the job gave open_dataset, if any")
     verify.add_argument("--seed", type=int, default=None, help="default: the state's")
-    verify.add_argument("--global-batch-size", type=int, default=None, help="default: the state's")
+    verify.add_argument(
+        "--global-batch-size",
+        type=_batch_sizes,
+        default=None,
+        help="default: the state's; an int, or a schedule as JSON: '{\"ramp_up\": [start, increment, samples, "
+        "final]}' or '[[from_global_batch, G], ...]'",
+    )
     verify.add_argument(
         "--allow-batch-size-change",
         action="store_true",
@@ -236,6 +242,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         if args.show < 1:
             parser.error(f"--show={args.show} must be at least 1")
+        if args.allow_batch_size_change and args.global_batch_size is None:
+            parser.error("--allow-batch-size-change needs --global-batch-size: the size (or schedule) to change to")
         state, _ = load_state_file(args.state, args.key, trusted=args.trusted)
         verdict = verify_state(
             state,
@@ -303,3 +311,21 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"wrote {args.out}")
         return 0
     return 2
+
+
+def _batch_sizes(text: str) -> Any:
+    """``--global-batch-size``: an int, ``{"ramp_up": [...]}`` or ``[[from_global_batch, G], ...]`` (JSON)."""
+    from ..errors import OptionError
+    from ..plan.schedule import BatchSchedule, RampUp
+
+    try:
+        value = json.loads(text)
+        if isinstance(value, dict) and set(value) == {"ramp_up"} and isinstance(value["ramp_up"], list):
+            return RampUp(*value["ramp_up"])
+        BatchSchedule.of(value)  # an int or pieces, checked now (anything else is refused here)
+        return value
+    except (ValueError, TypeError, OptionError) as exc:
+        raise argparse.ArgumentTypeError(
+            f'{text!r} is not a global batch size: give an int, \'{{"ramp_up": [start, increment, samples, '
+            f"final]}}' or '[[from_global_batch, G], ...]' ({exc})"
+        ) from None

@@ -20,6 +20,7 @@ from ..blend.open import open_dataset
 from ..blend.tree import Blend
 from ..errors import DatareelError, StateMismatchError, check_int
 from ..loader import Loader
+from ..plan.schedule import BatchSchedule
 from ..reel import WindowedStage
 from ..sources.base import Source
 
@@ -192,7 +193,7 @@ class EnergonLoader:
             restore()
         except StateMismatchError as exc:
             if "global_batch_size" in exc.differences and not self.explicit_global:
-                saved, now = exc.differences["global_batch_size"]
+                saved, now = (_describe(v) for v in exc.differences["global_batch_size"])
                 raise StateMismatchError(
                     f"the checkpoint's global batch is {saved} samples, this job's would be {now} (batch_size × "
                     f"world_size, since get_train_dataset got no global_batch_size): restoring would change the "
@@ -207,6 +208,15 @@ class EnergonLoader:
 
     def __getattr__(self, name: str) -> Any:  # cursor, accumulation_steps, close, ...
         return getattr(self.loader, name)
+
+
+def _describe(schedule: Any) -> Any:
+    """A state's ``global_batch_size`` as get_train_dataset takes it: the int, or the schedule in words."""
+    try:
+        resolved = BatchSchedule.from_spec(schedule)
+    except DatareelError:
+        return schedule
+    return resolved.constant if resolved.constant is not None and resolved.anchor == (0, 0) else resolved.describe()
 
 
 def _stage(spec: DatasetSpec) -> WindowedStage | None:

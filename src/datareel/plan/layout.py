@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError, TopologyError, check_int
-from .schedule import BatchSchedule
+from .schedule import BatchSchedule, RampUp
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,13 +50,16 @@ class Layout:
     def __post_init__(self) -> None:
         for name in ("micro_batch_size", "world_size"):  # stored as int (JSON states)
             object.__setattr__(self, name, check_int(getattr(self, name), name, minimum=1, error=TopologyError))
+        given = self.global_batch_size
         try:
-            schedule = BatchSchedule.of(self.global_batch_size)
+            schedule = BatchSchedule.of(given)
         except OptionError as exc:
-            raise TopologyError(str(exc)) from None
+            if isinstance(given, (list, tuple, RampUp)):
+                raise  # a malformed schedule is a bad argument
+            raise TopologyError(str(exc)) from None  # an int out of range, as before schedules existed
         object.__setattr__(self, "schedule", schedule)
-        if schedule.constant is not None:
-            object.__setattr__(self, "global_batch_size", schedule.constant)
+        # the canonical value, immutable: an int when constant, else the resolved schedule (never the user's list)
+        object.__setattr__(self, "global_batch_size", schedule if schedule.constant is None else schedule.constant)
         G, m, W = schedule.final, self.micro_batch_size, self.world_size
         if G % (m * W):
             what = "global_batch_size" if schedule.constant is not None else "the final global_batch_size"
@@ -84,8 +87,12 @@ class Layout:
         return self.schedule.constant // self.step_size
 
     def accumulation_steps_at(self, b: int) -> int:
-        """``A_b = G_b / (m W)``: micro-steps in global batch ``b``."""
-        return self.schedule.size(b) // self.step_size
+        """``A_b = G_b / (m W)``: micro-steps in global batch ``b`` (:class:`TopologyError` when ``m W`` does
+        not divide ``G_b``)."""
+        G, S = self.schedule.size(b), self.step_size
+        if G % S:
+            self.check_sizes(b)  # raises, naming the batch and the fix
+        return G // S
 
     def check_cursor(self, cursor: int) -> None:
         """Refuse a cursor this layout cannot continue from in whole micro-steps: one inside a global batch
@@ -94,7 +101,8 @@ class Layout:
         b = schedule.batch_at(cursor)
         G, offset = schedule.size(b), cursor - schedule.start(b)
         if offset % S:
-            fits = [d for d in range(1, min(G, SUGGEST_UP_TO) + 1) if G % d == 0 and offset % d == 0]
+            common = math.gcd(offset, *(size for _, size in schedule.sizes_from(b)))  # m W must divide all of these
+            fits = [d for d in range(1, min(common, SUGGEST_UP_TO) + 1) if common % d == 0]
             raise TopologyError(
                 f"cannot resume at reel position {cursor}: it is {offset} positions into global "
                 f"batch {b} (global_batch_size={G}), and micro_batch_size="
@@ -105,10 +113,13 @@ class Layout:
             )
         self.check_sizes(b)
 
-    def check_sizes(self, b: int) -> None:
-        """Refuse a schedule with a global batch from ``b`` on that ``m W`` does not divide, naming the first."""
+    def check_sizes(self, b: int, until: int | None = None) -> None:
+        """Refuse a schedule with a global batch from ``b`` on (starting before position ``until``, if given)
+        that ``m W`` does not divide, naming the first."""
         S = self.step_size
         for first, G in self.schedule.sizes_from(b):
+            if until is not None and self.schedule.start(first) >= until:
+                return  # the run ends before this batch
             if G % S:
                 common = math.gcd(*(size for _, size in self.schedule.sizes_from(b)))
                 raise TopologyError(

@@ -75,6 +75,11 @@ class Reel(Protocol):
         """Whether ``cursor`` is the end of a ``repeat=False`` pass (O(1): plans nothing)."""
         ...
 
+    def bound(self) -> int | None:
+        """An upper bound on the positions (packs) of one ``repeat=False`` pass, known without planning;
+        ``None`` when endless or unknown."""
+        ...
+
     @property
     def dropped(self) -> int:
         """Samples left out by the reel so far (packing's ``over_length="drop"``)."""

@@ -97,6 +97,9 @@ class PackedReel:
     def spec(self) -> dict[str, Any]:
         return {"packing": self.packing.fingerprint(self._length_digest())}
 
+    def bound(self) -> int | None:
+        return self.pass_length  # a pack holds at least one input sample
+
     def at_end(self, cursor: Cursor) -> bool:
         last = self.windows()
         return last is not None and cursor.pack is not None and cursor.pack[0] >= last

@@ -33,6 +33,9 @@ class PlainReel:
     def length(self) -> int | None:
         return self.pass_length
 
+    def bound(self) -> int | None:
+        return self.pass_length
+
     def at_end(self, cursor: Cursor) -> bool:
         return self.pass_length is not None and cursor.position >= self.pass_length
 

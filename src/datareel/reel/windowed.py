@@ -124,6 +124,9 @@ class WindowedReel(PackedReel):
         self._inline = False  # set after a planning process timed out
 
     # -- the Reel protocol ------------------------------------------------------------------------
+    def bound(self) -> int | None:
+        return None  # an input may give any number of outputs: unknown until every window is planned
+
     def spec(self) -> dict[str, Any]:
         """The window, the packing mode and the encoder class: never a plan (saving or restoring must not
         plan windows besides the cursor's)."""

@@ -71,8 +71,12 @@ def _fast_forward(loaders: list[Loader], cursor: int) -> None:
         loader.load_state_dict(state)
 
 
-def _steps(loaders: list[Loader], iterators: list, stop: int | None) -> list[tuple[list[Any], str]]:
-    """Consume micro-steps in lockstep until the cursor reaches ``stop`` (or a finite reel ends).
+def _steps(
+    loaders: list[Loader], iterators: list, stop: int | None, schedule: BatchSchedule
+) -> list[tuple[list[Any], str]]:
+    """Consume micro-steps in lockstep until the cursor reaches ``stop`` (or a finite reel ends), checking
+    that each lies inside one global batch of ``schedule`` and that ``at_global_batch_boundary`` is true
+    exactly after a global batch's last micro-step (or the end of a pass).
 
     -> per micro-step: (records of all ranks in rank order, the state saved after it)
     """
@@ -81,6 +85,17 @@ def _steps(loaders: list[Loader], iterators: list, stop: int | None) -> list[tup
         records = take_micro_step(iterators)
         if records is None:
             break
+        positions = [record["__positions__"] for record in records]
+        batches = {schedule.batch_at(p) for p in positions}
+        expect(len(batches) == 1, f"the micro-step of positions {positions} spans global batches {sorted(batches)}")
+        closes = max(positions) + 1 == schedule.start(batches.pop() + 1)
+        ended = loaders[0].reel.at_end(loaders[0].reel_cursor)
+        flag = loaders[0].at_global_batch_boundary
+        expect(
+            flag == (closes or ended),
+            f"after the micro-step of positions {positions}: at_global_batch_boundary={flag}, but it "
+            f"{'closes' if closes else 'does not close'} its global batch (end of pass: {ended})",
+        )
         states = {json.dumps(loader.state_dict(), sort_keys=True) for loader in loaders}
         expect(len(states) == 1, f"ranks disagree on the state after a micro-step: {states}")
         out.append((records, states.pop()))
@@ -132,14 +147,14 @@ def check_restore_everywhere(
     single = math.gcd(*(size for _, size in G.sizes_from(first_batch)))  # the reference's micro-batch: one per batch
     reference_loader = Loader(dataset, micro_batch_size=G.constant or single, **common)
     _fast_forward([reference_loader], start)
-    reference = [r for records, _ in _steps([reference_loader], [iter(reference_loader)], stop) for r in records]
+    reference = [r for records, _ in _steps([reference_loader], [iter(reference_loader)], stop, G) for r in records]
     positions = [r["__positions__"] for r in reference]
     expect(positions == list(range(start, start + len(reference))), f"the reference skipped positions: {positions}")
     end = start + len(reference)  # < stop only for a finite reel
 
     first = before.loaders(dataset, **common)
     _fast_forward(first, start)
-    steps = _steps(first, [iter(loader) for loader in first], stop)
+    steps = _steps(first, [iter(loader) for loader in first], stop, G)
     consumed = [r for records, _ in steps for r in records]
     expect(consumed == reference, f"the uninterrupted run on {before} differs from the single-rank reference")
 
@@ -160,7 +175,13 @@ def check_restore_everywhere(
         for loader in second:
             again = json.dumps(loader.state_dict(), sort_keys=True)
             expect(again == json.dumps(state, sort_keys=True), f"restored {state}, but the loader reports {again}")
-        rest = [r for records, _ in _steps(second, [iter(loader) for loader in second], stop) for r in records]
+        expect(
+            splits(G, cursor, after.micro_batch_size * after.world_size)
+            or second[0].reel.at_end(second[0].reel_cursor),
+            f"a state at cursor "
+            f"{cursor} was restored on {after} although m W cannot split the global batches from there",
+        )
+        rest = [r for records, _ in _steps(second, [iter(loader) for loader in second], stop, G) for r in records]
         expected = reference[cursor - start :]
         expect(
             by_global_batch(rest, G) == by_global_batch(expected, G),
