@@ -22,15 +22,6 @@ from wds_helpers import write_shard
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def texts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("texts")
-    for s in range(3):
-        write_shard(root / f"part-{s}.tar", [(f"t{s}-{i:03d}", {"txt": f"text {s} {i}".encode()}) for i in range(30)])
-    prepare_webdataset(root, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
-    return root
-
-
 class Keys:
     def batch(self, samples):
         return [s["__key__"] for s in samples]

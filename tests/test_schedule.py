@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 import datareel
 from datareel import RampUp, StateMismatchError, TopologyError
 from datareel import energon as den
-from datareel.cli.prepare import prepare_webdataset
 from datareel.plan.schedule import BatchSchedule
 from datareel.testing import (
     Topology,
@@ -35,9 +34,10 @@ from datareel.testing import (
     take_micro_step,
 )
 from state_edit import edited
+from test_elastic import NoisyEncoder
+from test_energon_facade import Keys
 from test_packing import Packer, lengths_dataset
 from test_windowed import Knapsack
-from wds_helpers import write_shard
 
 
 def megatron_sizes(start: int, increment: int, ramp_samples: int, final: int, steps: int) -> list[int]:
@@ -57,11 +57,6 @@ def megatron_sizes(start: int, increment: int, ramp_samples: int, final: int, st
 
 def ids(n: int, name: str = "ids") -> datareel.Source:
     return datareel.from_sequence([{"id": i} for i in range(n)], name=name)
-
-
-class NoisyEncoder:
-    def encode_sample(self, sample):
-        return {**sample, "noise": int(datareel.sample_rng().integers(0, 2**31))}
 
 
 # -- the ramp-up against Megatron's rule -------------------------------------------------------------------
@@ -521,20 +516,6 @@ def test_packed_schedules_restore_everywhere(W, W2, m, m2, kind, lengths, data):
 
 
 # -- the Energon facade, driven as Megatron drives it ------------------------------------------------------------
-@pytest.fixture(scope="module")
-def texts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("texts")
-    for s in range(3):
-        write_shard(root / f"part-{s}.tar", [(f"t{s}-{i:03d}", {"txt": f"text {s} {i}".encode()}) for i in range(30)])
-    prepare_webdataset(root, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
-    return root
-
-
-class Keys:
-    def batch(self, samples):
-        return [s["__key__"] for s in samples]
-
-
 def _facade_ranks(root, W, m, global_batch_size, **kwargs):
     loaders = []
     for rank in range(W):
