@@ -233,3 +233,34 @@ def test_truncating_packing_and_the_end_of_a_finite_pass():
     verdict = verify_state(job.state_dict(), dataset("plain"), world_size=1, micro_batch_size=4, repeat=False)
     (source,) = verdict["sources"]
     assert verdict["ok"] and (source["read"], source["epoch"], source["offset"]) == (40, 1, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path, command):
+    """`datareel ... | head`: the reader closes the pipe after a few bytes; the command stops with the shell's
+    SIGPIPE status (141) and writes nothing to stderr (no "Broken pipe" error, no ignored-exception noise)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "ids.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(4000)))
+    assert main(["prepare", str(tmp_path / "ids.jsonl")]) == 0
+    loader = datareel.Loader(
+        datareel.open_dataset(str(tmp_path / "ids.jsonl")), global_batch_size=8, micro_batch_size=8
+    )
+    (tmp_path / "state.json").write_text(json.dumps(loader.state_dict()))
+    args = [str(tmp_path / "state.json"), str(tmp_path / "ids.jsonl")]
+    if command == "verify":
+        args += ["--world-size", "1", "--micro-batch-size", "1", "--show", "3000"]  # ~300 KB of keys
+    else:
+        args = [args[0], "--dataset", args[1], "--json"]  # short output: the pipe holds it all
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "datareel", command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.read(20)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=120)
+    assert first and err == "", err
+    assert code == (141 if command == "verify" else 0)

@@ -143,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _run(parser, args)
+    except BrokenPipeError:  # the reader went away (`datareel ... | head`): stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain again
+        return 141  # 128 + SIGPIPE: what the shell reports for a tool stopped by a closed pipe
     except (DatareelError, OSError) as exc:  # expected: bad input, a missing file; one line, no traceback
         if args.debug:
             raise
