@@ -62,7 +62,7 @@ def restore_layout(loader: Loader, state: Any, allow_batch_size_change: bool) ->
             f"saved at a global-batch boundary (after an optimizer step), or finish the batch with the saved "
             f"global_batch_size first"
         )
-    schedule = BatchSchedule(layout.schedule.rule, (b, P))
+    schedule = layout.schedule.anchored(b, P)
     log.info(
         "global batch size changed at global batch %d (reel position %d): saved %s, now %s",
         b,

@@ -320,14 +320,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _batch_sizes(text: str) -> Any:
     """``--global-batch-size``: an int, ``{"ramp_up": [...]}`` or ``[[from_global_batch, G], ...]`` (JSON)."""
     from ..errors import OptionError
-    from ..plan.schedule import BatchSchedule, RampUp
+    from ..plan.schedule import BatchSchedule, rule_from_json
 
     try:
-        value = json.loads(text)
-        if isinstance(value, dict) and set(value) == {"ramp_up"} and isinstance(value["ramp_up"], list):
-            return RampUp(*value["ramp_up"])
-        BatchSchedule.of(value)  # an int or pieces, checked now (anything else is refused here)
-        return value
+        return BatchSchedule(rule_from_json(json.loads(text)))
     except (ValueError, TypeError, OptionError) as exc:
         raise argparse.ArgumentTypeError(
             f'{text!r} is not a global batch size: give an int, \'{{"ramp_up": [start, increment, samples, '

@@ -197,7 +197,7 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
     )
     stage = spec.get("stage") if isinstance(spec.get("stage"), dict) else None
     packed = "packing" in spec or stage is not None  # the cursor counts packs (or a windowed stage's outputs)
-    fits = math.gcd(offset, *(size for _, size in schedule.sizes_from(b)))  # m·W must divide this and every size ahead
+    fits = schedule.common_divisor(b, offset)  # m·W must divide this
     divisors = _divisors(fits)
     pairs = [[w, m] for w in divisors for m in divisors if fits % (w * m) == 0]
     dataset = spec.get("dataset") if isinstance(spec.get("dataset"), dict) else {}
@@ -208,7 +208,7 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
         "cursor": cursor,
         "unit": "packs" if "packing" in spec or (stage and stage.get("pack")) else "outputs" if stage else "samples",
         "global_batch_size": G,
-        "schedule": None if schedule.constant is not None and schedule.anchor == (0, 0) else schedule.describe(),
+        "schedule": None if isinstance(spec["global_batch_size"], int) else schedule.describe(),
         "global_batch": b,
         "into_global_batch": offset,
         "pack": state.get("pack"),

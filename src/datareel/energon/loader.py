@@ -212,11 +212,12 @@ class EnergonLoader:
 
 def _describe(schedule: Any) -> Any:
     """A state's ``global_batch_size`` as get_train_dataset takes it: the int, or the schedule in words."""
+    if isinstance(schedule, int):
+        return schedule
     try:
-        resolved = BatchSchedule.from_spec(schedule)
+        return BatchSchedule.from_spec(schedule).describe()
     except DatareelError:
         return schedule
-    return resolved.constant if resolved.constant is not None and resolved.anchor == (0, 0) else resolved.describe()
 
 
 def _stage(spec: DatasetSpec) -> WindowedStage | None:

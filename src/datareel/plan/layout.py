@@ -22,7 +22,6 @@ none when ``R < W``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +100,7 @@ class Layout:
         b = schedule.batch_at(cursor)
         G, offset = schedule.size(b), cursor - schedule.start(b)
         if offset % S:
-            common = math.gcd(offset, *(size for _, size in schedule.sizes_from(b)))  # m W must divide all of these
+            common = schedule.common_divisor(b, offset)
             fits = [d for d in range(1, min(common, SUGGEST_UP_TO) + 1) if common % d == 0]
             raise TopologyError(
                 f"cannot resume at reel position {cursor}: it is {offset} positions into global "
@@ -121,7 +120,7 @@ class Layout:
             if until is not None and self.schedule.start(first) >= until:
                 return  # the run ends before this batch
             if G % S:
-                common = math.gcd(*(size for _, size in self.schedule.sizes_from(b)))
+                common = self.schedule.common_divisor(b)
                 raise TopologyError(
                     f"global batch {first} of the schedule {self.schedule.describe()} has global_batch_size={G}, "
                     f"which micro_batch_size={self.micro_batch_size} × world_size={self.world_size} = {S} does "
@@ -161,9 +160,9 @@ class Layout:
         partial = 1 if rest and rank < rest else 0
         return full + partial
 
-    def rank_positions(self, step: int, rank: int, length: int | None = None, origin: int = 0) -> np.ndarray:
+    def rank_positions(self, step: int, rank: int, length: int | None = None) -> np.ndarray:
         """-> int64[<= m]: the reel positions of one rank's micro-batch."""
-        start, stop = self.rank_span(step, rank, length, origin)
+        start, stop = self.rank_span(step, rank, length)
         return np.arange(start, stop, dtype=np.int64)
 
 

@@ -136,6 +136,19 @@ def _pieces_rule(value: Any) -> Rule:
     return out[0][1] if len(out) == 1 else tuple(out)
 
 
+def rule_from_json(value: Any) -> Rule:
+    """A rule from its JSON form (a state's, or ``datareel verify --global-batch-size``): an int,
+    ``{"ramp_up": [start, increment, samples, final]}``, ``{"pieces": [[from_batch, G], ...]}`` or the bare
+    list of pieces; :class:`OptionError` (or ``TypeError`` for a wrong count of numbers) otherwise."""
+    if isinstance(value, dict) and set(value) == {"ramp_up"}:
+        return canonical_rule(RampUp(*value["ramp_up"]))
+    if isinstance(value, dict) and set(value) == {"pieces"}:
+        return canonical_rule(value["pieces"])
+    if isinstance(value, dict):
+        raise OptionError(f"unknown schedule keys {sorted(value)}")
+    return canonical_rule(value)
+
+
 @dataclass(frozen=True)
 class BatchSchedule:
     """A resolved schedule: the declared ``rule`` from global batch ``anchor[0]`` at position ``anchor[1]``."""
@@ -195,6 +208,11 @@ class BatchSchedule:
         i = bisect_right(self.positions, position) - 1
         return self.batches[i] + (position - self.positions[i]) // self.sizes[i]
 
+    def common_divisor(self, b: int, offset: int = 0) -> int:
+        """The largest ``m W`` that can continue ``offset`` positions into global batch ``b``: the greatest
+        common divisor of ``offset`` and every size from ``b`` on (``m W`` must divide each of them)."""
+        return math.gcd(offset, *(size for _, size in self.sizes_from(b)))
+
     def sizes_from(self, b: int) -> Iterator[tuple[int, int]]:
         """``(first global batch, size)`` of every piece from global batch ``b`` on."""
         i = self._piece_of_batch(b)
@@ -227,13 +245,7 @@ class BatchSchedule:
                 b, p = spec["from"]
                 anchor = (check_int(b, "from batch"), check_int(p, "from position"))
                 spec = spec["rule"]
-            if isinstance(spec, dict) and set(spec) == {"ramp_up"}:
-                return cls(canonical_rule(RampUp(*spec["ramp_up"])), anchor)
-            if isinstance(spec, dict) and set(spec) == {"pieces"}:
-                return cls(canonical_rule(spec["pieces"]), anchor)
-            if isinstance(spec, dict):
-                raise OptionError(f"unknown schedule keys {sorted(spec)}")
-            return cls(canonical_rule(spec), anchor)
+            return cls(rule_from_json(spec), anchor)
         except (OptionError, TypeError, ValueError) as exc:
             raise DatareelError(
                 f"state global_batch_size={spec!r} cannot be read ({exc}); the state is damaged"

@@ -22,7 +22,6 @@ so it also holds under ``python -O``).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,7 +143,7 @@ def check_restore_everywhere(
     stop = G.start(first_batch + global_batches)
     common = dict(global_batch_size=G, seed=seed, **common)
 
-    single = math.gcd(*(size for _, size in G.sizes_from(first_batch)))  # the reference's micro-batch: one per batch
+    single = G.common_divisor(first_batch)  # the reference's micro-batch: whole steps in every batch
     reference_loader = Loader(dataset, micro_batch_size=G.constant or single, **common)
     _fast_forward([reference_loader], start)
     reference = [r for records, _ in _steps([reference_loader], [iter(reference_loader)], stop, G) for r in records]
