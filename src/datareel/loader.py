@@ -24,7 +24,7 @@ from .errors import BatchError, DatareelError, OptionError, check_int
 from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
 from .execute.planner import EncoderPlanner
-from .execute.workers import WorkerOptions, widen_result_pipe
+from .execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, widen_result_pipe
 from .groups import GlobalBatch, global_batches
 from .plan.layout import Layout
 from .plan.schedule import BatchSchedule, RampUp
@@ -250,8 +250,14 @@ class Loader:
         return global_batches(self)
 
     def _get_dataloader(self) -> DataLoader:
+        persistent = getattr(self._dataloader, "_iterator", None)  # torch's kept iterator (persistent_workers)
+        if persistent is not None and dead_workers(persistent):  # a worker died between iterations
+            with contextlib.suppress(Exception):
+                persistent._shutdown_workers()
+            self._dataloader = None
         if self._dataloader is None:
-            self._dataloader = self.workers.dataloader(self._maker, DescriptorSampler(self), seed=self.seed)
+            sampler = DescriptorSampler(self, quiet=WORKER_DEATHS.outside)
+            self._dataloader = self.workers.dataloader(self._maker, sampler, seed=self.seed)
         return self._dataloader
 
     def _discard_workers(self) -> None:
@@ -319,12 +325,28 @@ class Loader:
 
 
 class _LoaderIterator:
-    """One pass over the loader from its cursor at creation; sets the cursor on each hand-out."""
+    """One pass over the loader from its cursor at creation; sets the cursor on each hand-out.
+
+    Only a batch returned by :meth:`__next__` counts.  Anything else that ends a ``next()`` (a worker that
+    died, however: killed, ``os._exit``, a crash; torch's ``timeout``; ``KeyboardInterrupt``; a failing
+    reel) leaves the cursor where it was and ends this iterator (the DataLoader may have consumed a
+    descriptor it never returned): a new ``iter(loader)`` makes that micro-batch again.  A worker's death
+    is reported inside ``next()`` only (:class:`~datareel.execute.workers.WorkerDeaths`), never in the
+    training step, where torch's signal handler would raise it after the batch was handed out.
+    """
 
     def __init__(self, loader: Loader, generation: int):
         self.loader, self.generation = loader, generation
         self.queue = loader.pending = CursorQueue()  # read by the sampler when the DataLoader starts it
-        self.inner = iter(loader._get_dataloader())
+        try:
+            self.inner = iter(loader._get_dataloader())
+        except BaseException:  # e.g. persistent workers that did not resume: the next iter() starts fresh ones
+            loader._dataloader = None
+            raise
+        self.workers = hasattr(self.inner, "_workers")  # torch's multi-process iterator
+        if self.workers:
+            WORKER_DEATHS.install()  # torch installs its SIGCHLD handler when it starts its first workers
+        self.deaths = WORKER_DEATHS.deaths
         widen_result_pipe(self.inner)
         loader._iterators.add(self)
 
@@ -348,7 +370,16 @@ class _LoaderIterator:
                 "call iter(loader) again to continue from the loader's cursor"
             )
         try:
-            batch = next(self.inner)
+            if self.deaths != WORKER_DEATHS.deaths:  # a worker died while the training loop ran: ours?
+                self.deaths = WORKER_DEATHS.deaths
+                dead = dead_workers(self.inner)
+                if dead:
+                    raise RuntimeError(f"DataLoader worker process ended unexpectedly: {dead}")
+            waiting = self.workers and WORKER_DEATHS.wait()
+            try:
+                batch = next(self.inner)
+            finally:
+                WORKER_DEATHS.done(waiting)
         except StopIteration:
             if self.queue.end is not None:  # a finite pass ended: every rank ends at the same cursor
                 loader._cursor = self.queue.end
@@ -356,12 +387,13 @@ class _LoaderIterator:
         except BatchError:  # this micro-batch failed in the making: it counts as consumed (a caller going on skips it)
             loader._cursor = self.queue.take()
             raise
-        except Exception as exc:  # a worker died or timed out: the DataLoader (persistent workers too) is broken
+        except BaseException as exc:  # a worker died or timed out, an interrupt, ...: the DataLoader is broken
             loader._discard_workers()
             self.stop_workers()
             note = (
-                f"datareel: the loader dropped its worker processes; call iter(loader) again to continue from "
-                f"cursor {loader.cursor} (nothing handed out is lost or repeated) with fresh workers"
+                f"datareel: this iterator ended ({type(exc).__name__}) and the loader dropped its worker processes; "
+                f"the micro-batch it was making does not count as consumed: call iter(loader) again to continue "
+                f"from cursor {loader.cursor} (nothing handed out is lost or repeated) with fresh workers"
             )
             if hasattr(exc, "add_note"):  # Python 3.11+
                 exc.add_note(note)

@@ -1,9 +1,13 @@
-"""How batches are computed: the DataLoader's worker options (free to change between save and restore)."""
+"""How batches are computed: the DataLoader's worker options (free to change between save and restore), and
+where a dead worker process is reported (:class:`WorkerDeaths`)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,3 +91,100 @@ def widen_result_pipe(iterator: Any) -> None:
         return
     with contextlib.suppress(OSError, ValueError, AttributeError):
         fcntl.fcntl(reader.fileno(), resize, RESULT_PIPE_BYTES)
+
+
+class WorkerDeaths:
+    """Where a dead worker process is reported: in the training process's ``next()``, never in the training step.
+
+    torch's DataLoader installs a ``SIGCHLD`` handler that raises its ``RuntimeError`` ("DataLoader worker
+    ... is killed by signal") in the main thread at whatever line it runs: in the training step after a
+    batch was handed out, between the loader taking a batch's cursor and returning the batch (the cursor
+    then counts a batch nobody received), in a finalizer that swallows it, or in the middle of reading the
+    planning process's pipe.  A training step interrupted that way lost its batch while the cursor
+    counted it: the next iterator skipped it.
+
+    This store wraps torch's handler once (main thread only) and lets it raise only while the main thread
+    waits inside a DataLoader's ``next()`` for workers (:meth:`wait`), outside the sampler
+    (:meth:`outside`); a death signalled at any other moment is counted in :attr:`deaths`, and each
+    iterator looks at its own workers (:func:`dead_workers`) in its next ``next()``.  torch's own check at
+    each wait (every 5 s, and when its ``timeout`` expires) still finds the rest.
+    """
+
+    def __init__(self) -> None:
+        self.deaths = 0  # worker failures signalled while no datareel iterator waited for workers
+        self._waiting = 0  # the main thread is inside a multi-process DataLoader's next()
+        self._installed = False
+        self._main = threading.main_thread().ident
+
+    def install(self) -> None:
+        """Wrap torch's ``SIGCHLD`` handler (once; only after torch has installed it, from the main thread)."""
+        if self._installed or threading.get_ident() != self._main or not hasattr(signal, "SIGCHLD"):
+            return
+        from torch.utils.data._utils import signal_handling
+
+        torch_handler = signal.getsignal(signal.SIGCHLD)
+        if not getattr(signal_handling, "_SIGCHLD_handler_set", False) or not callable(torch_handler):
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            try:
+                torch_handler(signum, frame)
+            except RuntimeError as exc:
+                if self._waiting or not _raised_in(exc, torch_handler):
+                    raise  # inside DataLoader's next() (the loader's iterator catches it), or not torch's report
+                self.deaths += 1
+
+        signal.signal(signal.SIGCHLD, handler)
+        self._installed = True
+
+    def wait(self) -> bool:
+        """Enter a wait for workers (returns whether it counts: main thread only); :meth:`done` ends it."""
+        if threading.get_ident() != self._main:
+            return False
+        self._waiting += 1
+        return True
+
+    def done(self, counted: bool) -> None:
+        if counted:
+            self._waiting -= 1
+
+    @contextlib.contextmanager
+    def outside(self) -> Iterator[None]:
+        """The sampler's own work inside a wait (the planning process's pipe, say): no report there."""
+        if threading.get_ident() != self._main:
+            yield
+            return
+        waiting, self._waiting = self._waiting, 0
+        try:
+            yield
+        finally:
+            self._waiting = waiting
+
+
+WORKER_DEATHS = WorkerDeaths()
+
+
+def _raised_in(exc: BaseException, function: Any) -> bool:
+    """Whether ``exc`` was raised by ``function``'s own code (torch's handler reports a dead worker from a
+    C call it makes), not by a function it called (the handler torch chained to)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code is getattr(function, "__code__", None)
+
+
+def dead_workers(iterator: Any) -> str:
+    """The worker processes of a live multi-process DataLoader iterator (torch's ``_workers``) that have
+    ended, in words (``""``: none, a single-process iterator, or one already shut down)."""
+    if getattr(iterator, "_shutdown", True):
+        return ""
+    workers, status = getattr(iterator, "_workers", []), getattr(iterator, "_workers_status", [])
+    dead = [w for w, active in zip(workers, status) if active and not w.is_alive()]
+    return ", ".join(f"pid {w.pid} {_ended(w.exitcode)}" for w in dead)
+
+
+def _ended(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by signal {signal.Signals(-code).name}"
+    return f"exited with code {code}"

@@ -1,0 +1,268 @@
+"""A lost DataLoader worker costs no micro-batch: the cursor counts only batches handed out, and a fresh
+``iter(loader)`` makes the lost one again, however the worker went (SIGKILL, SIGTERM, ``os._exit``, a crash,
+killed from outside by pid, torch's ``timeout``), with 1 or 2 workers, persistent or not.
+
+torch reports a dead worker from a SIGCHLD handler that raises wherever the training process happens to
+be: in the training step after the batch was handed out, the step then lost the batch the cursor had
+counted (the next iterator skipped it), and a persistent DataLoader kept its dead worker, so every later
+``iter(loader)`` failed.  Each test here runs a training loop whose step is busy when the worker dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import datareel
+
+pytestmark = pytest.mark.slow  # worker processes
+
+OPTIONS = dict(global_batch_size=4, micro_batch_size=4, world_size=1, rank=0, seed=5)
+TOTAL = 10  # micro-batches each run hands out
+DIES_AT = 13  # a sample of micro-batch 3 (positions 12..15, unshuffled)
+
+
+@contextlib.contextmanager
+def must_return(seconds: int = 60):
+    """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion."""
+
+    def hung(signum, frame):
+        raise AssertionError(f"did not return within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def die(how: str) -> None:
+    if how == "SIGKILL":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "SIGTERM":
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif how == "os._exit":
+        os._exit(3)
+    elif how == "segfault":
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    time.sleep(60)  # not reached
+
+
+class DiesOnce:
+    """Ends its own worker process (``how``) at one sample, once, after the file ``go`` appears (the
+    training loop has received this worker's previous batch); the file ``marker`` holds the pid."""
+
+    def __init__(self, marker: Path, at: int, how: str):
+        self.marker, self.at, self.how, self.parent = str(marker), at, how, os.getpid()
+        self.go = str(marker) + ".go"
+
+    def encode_sample(self, sample):
+        if sample == self.at and os.getpid() != self.parent and not os.path.exists(self.marker):
+            deadline = time.monotonic() + 30
+            while not os.path.exists(self.go) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            Path(self.marker).write_text(str(os.getpid()))
+            die(self.how)
+        return sample
+
+
+class StallsOnce(DiesOnce):
+    """Sleeps ``seconds`` at one sample, once: longer than the DataLoader's ``timeout``."""
+
+    def __init__(self, marker: Path, at: int, seconds: float):
+        super().__init__(marker, at, "")
+        self.seconds = seconds
+
+    def encode_sample(self, sample):
+        if sample == self.at and os.getpid() != self.parent and not os.path.exists(self.marker):
+            Path(self.marker).write_text(str(os.getpid()))
+            time.sleep(self.seconds)
+        return sample
+
+
+def ended(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped by its parent counts)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_until_ended(pid: int) -> None:
+    """Busy in Python (a training step): torch's SIGCHLD handler, if it raises, raises here."""
+    deadline = time.monotonic() + 30
+    while not ended(pid):
+        if time.monotonic() > deadline:
+            pytest.fail(f"worker {pid} did not end")
+        time.sleep(0.01)
+    for _ in range(20):  # a few more bytecodes and sleeps: the signal handler has run by now
+        time.sleep(0.01)
+
+
+def data():
+    return datareel.from_sequence(list(range(200)), name="numbers")
+
+
+def reference() -> list[list[int]]:
+    loader = datareel.Loader(data(), shuffle=False, **OPTIONS)
+    return [b.tolist() for _, b in zip(range(TOTAL), loader)]
+
+
+def train(loader: datareel.Loader, step) -> tuple[list[list[int]], list[tuple[str, str]]]:
+    """A training loop: ``next()``, then the step, then the batch counts as trained; after a failure a
+    fresh ``iter(loader)``. Returns the batches trained and where each failure surfaced."""
+    trained: list[list[int]] = []
+    failures: list[tuple[str, str]] = []
+    with must_return():
+        while len(trained) < TOTAL and len(failures) < 3:
+            it = iter(loader)
+            while len(trained) < TOTAL:
+                try:
+                    batch = next(it)
+                except Exception as exc:  # the loader's report: the next iter() continues
+                    failures.append(("next", type(exc).__name__))
+                    assert loader.cursor == 4 * len(trained), "the cursor counts only batches handed out"
+                    break
+                try:
+                    step(len(trained), it)
+                except Exception as exc:  # the step failed: this batch was not trained on
+                    failures.append(("step", f"{type(exc).__name__}: {exc}"))
+                    break
+                trained.append(batch.tolist())
+                assert loader.cursor == 4 * len(trained)
+            del it
+    loader.close()
+    gc.collect()  # the broken iterators' workers stop here, not inside a later test
+    return trained, failures
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "os._exit", "segfault"])
+def test_a_worker_that_dies_making_a_batch_costs_no_batch(tmp_path, how, workers, persistent):
+    marker = tmp_path / "died"
+
+    def step(i, it):  # the training step that runs while the worker making micro-batch 3 dies
+        if i == 3 - workers:  # the dying worker's previous batch is in: it may die now
+            Path(str(marker) + ".go").touch()
+            deadline = time.monotonic() + 30
+            while not marker.exists() or not marker.read_text():
+                assert time.monotonic() < deadline, "the worker never reached the sample"
+                time.sleep(0.01)
+            wait_until_ended(int(marker.read_text()))
+
+    loader = datareel.Loader(
+        data(),
+        shuffle=False,
+        num_workers=workers,
+        persistent_workers=persistent,
+        task_encoder=DiesOnce(marker, DIES_AT, how),
+        **OPTIONS,
+    )
+    trained, failures = train(loader, step)
+    assert [where for where, _ in failures] == ["next"], failures  # reported by next(), never in the step
+    assert trained == reference()  # nothing skipped, nothing repeated
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_worker_killed_by_pid_during_a_step_costs_no_batch(sig, workers, persistent):
+    def step(i, it):
+        if i == 2:
+            victim = it.inner._workers[-1].pid  # torch's worker processes
+            os.kill(victim, sig)
+            wait_until_ended(victim)
+
+    loader = datareel.Loader(data(), shuffle=False, num_workers=workers, persistent_workers=persistent, **OPTIONS)
+    trained, failures = train(loader, step)
+    assert [where for where, _ in failures] == ["next"], failures
+    assert trained == reference()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_persistent_worker_killed_between_iterators_is_replaced(workers):
+    """A worker of a persistent DataLoader dies while no iterator runs (between evaluations, say): the next
+    ``iter(loader)`` starts fresh workers instead of failing on the dead one."""
+    loader = datareel.Loader(data(), shuffle=False, num_workers=workers, persistent_workers=True, **OPTIONS)
+    got = []
+    with must_return():
+        it = iter(loader)
+        got += [next(it).tolist() for _ in range(3)]
+        victim = it.inner._workers[0].pid
+        del it
+        os.kill(victim, signal.SIGKILL)
+        wait_until_ended(victim)
+        it = iter(loader)
+        while len(got) < TOTAL:
+            got.append(next(it).tolist())
+    del it
+    loader.close()
+    gc.collect()
+    assert got == reference()
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+def test_a_timed_out_worker_costs_no_batch(tmp_path, persistent):
+    loader = datareel.Loader(
+        data(),
+        shuffle=False,
+        num_workers=1,
+        persistent_workers=persistent,
+        timeout=1.0,
+        task_encoder=StallsOnce(tmp_path / "stalled", DIES_AT, seconds=4),
+        **OPTIONS,
+    )
+    trained, failures = train(loader, lambda i, it: None)
+    assert failures == [("next", "RuntimeError")], failures  # torch's "DataLoader timed out after 1.0 seconds"
+    assert trained == reference()
+
+
+class InterruptedOnce(DiesOnce):
+    """Raises ``KeyboardInterrupt`` (a ``BaseException``: not the sample's fault) at one sample, once."""
+
+    def __init__(self, marker: Path, at: int):
+        super().__init__(marker, at, "")
+        self.parent = -1  # in the training process too (num_workers=0)
+
+    def encode_sample(self, sample):
+        if sample == self.at and not os.path.exists(self.marker):
+            Path(self.marker).write_text("x")
+            raise KeyboardInterrupt
+        return sample
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_interrupt_while_making_a_batch_costs_no_batch(tmp_path, workers):
+    """Ctrl-C (or a signal handler that raises) inside the making of a batch: the iterator that was
+    interrupted refuses to go on (the DataLoader consumed a descriptor it never returned) and a fresh one
+    makes the batch again."""
+    loader = datareel.Loader(
+        data(), shuffle=False, num_workers=workers, task_encoder=InterruptedOnce(tmp_path / "hit", DIES_AT), **OPTIONS
+    )
+    got = []
+    it = iter(loader)
+    with must_return():
+        with pytest.raises((KeyboardInterrupt, RuntimeError)):  # in a worker, torch sees the worker exit
+            while True:
+                got.append(next(it).tolist())
+        assert loader.cursor == 4 * len(got)
+        with pytest.raises(datareel.DatareelError, match=r"call iter\(loader\) again"):
+            next(it)
+        it = iter(loader)
+        while len(got) < TOTAL:
+            got.append(next(it).tolist())
+    del it
+    loader.close()
+    gc.collect()
+    assert got == reference()
