@@ -39,7 +39,7 @@ def test_fields_types_and_excerpts(shards, capsys):
     (sample,) = json.loads(out)["samples"]
     fields = {name: (kind, summary) for name, kind, summary in sample["fields"]}
     assert sample["index"] == 3 and fields["npy"] == ("ndarray", "float32 [2, 3]")
-    assert fields["txt"] == ("str", "'sample number 3 ünïcode'") and fields["png"][0] == "Image"
+    assert fields["txt"] == ("str", "'sample number 3 ünïcode'") and fields["png"] == ("Tensor", "float32 [3, 6, 5]")
     code, out, _ = run(capsys, shards, "--count", 2)
     assert code == 0 and [line.split(" (")[0] for line in out.splitlines() if line.startswith("sample ")] == [
         "sample 0",
@@ -80,7 +80,7 @@ def test_typed_samples_and_jsonl(tmp_path, capsys):
                        progress=False)  # fmt: skip
     code, out, _ = run(capsys, tmp_path, "--decode", "--index", 1, "--json")
     fields = {name: kind for name, kind, _ in json.loads(out)["samples"][0]["fields"]}
-    assert code == 0 and fields["caption"] == "str" and fields["image"] == "Image" and "__key__" in fields
+    assert code == 0 and fields["caption"] == "str" and fields["image"] == "Tensor" and "__key__" in fields
     lines = tmp_path / "docs.jsonl"
     lines.write_text('{"text": "first"}\n{"text": "second"}\n')
     assert main(["prepare", str(lines)]) == 0

@@ -236,10 +236,14 @@ def test_truncating_packing_and_the_end_of_a_finite_pass():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize("command", ["verify", "inspect"])
-def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path, command):
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path, command, unbuffered):
     """`datareel ... | head`: the reader closes the pipe after a few bytes; the command stops with the shell's
-    SIGPIPE status (141) and writes nothing to stderr (no "Broken pipe" error, no ignored-exception noise)."""
+    SIGPIPE status (141) and writes nothing to stderr (no "Broken pipe" error, no ignored-exception noise).
+    An answer the pipe holds whole is written at once, so it succeeds whether or not stdout is buffered
+    (PYTHONUNBUFFERED=1 made print write the JSON and its newline apart: 141 about one run in three)."""
+    import os
     import subprocess
     import sys
 
@@ -254,8 +258,10 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path, command):
         args += ["--world-size", "1", "--micro-batch-size", "1", "--show", "3000"]  # ~300 KB of keys
     else:
         args = [args[0], "--dataset", args[1], "--json"]  # short output: the pipe holds it all
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "datareel", command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "datareel", command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.read(20)

@@ -33,23 +33,75 @@ The layers (a module imports only from the ones listed above it)::
     testing/    shipped helpers: check_restore_everywhere, several ranks in one process, local gloo launcher
 """
 
-from .blend import Blend, concat, mix, mix_epochized, open_dataset
-from .errors import (
-    BatchError,
-    DatareelError,
-    DatasetChangedError,
-    DatasetError,
-    OptionError,
-    SampleContextError,
-    StateMismatchError,
-    TopologyError,
-)
-from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
-from .loader import GlobalBatch, Loader
-from .plan.schedule import RampUp
-from .reel import Packing, WindowedStage
-from .sources import Source, from_sequence
-from .sources.filters import SampleMeta, filter
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each public name and the module that defines it. Imported on first use (PEP 562), so that
+# `import datareel.cli` and `datareel --help` do not pay for torch: `datareel.Loader` and
+# `from datareel import Loader` work as before.
+_LAZY = {
+    "Blend": ".blend",
+    "concat": ".blend",
+    "mix": ".blend",
+    "mix_epochized": ".blend",
+    "open_dataset": ".blend",
+    "BatchError": ".errors",
+    "DatareelError": ".errors",
+    "DatasetChangedError": ".errors",
+    "DatasetError": ".errors",
+    "OptionError": ".errors",
+    "SampleContextError": ".errors",
+    "StateMismatchError": ".errors",
+    "TopologyError": ".errors",
+    "DefaultTaskEncoder": ".execute",
+    "TaskEncoder": ".execute",
+    "sample_rng": ".execute",
+    "sample_torch_generator": ".execute",
+    "GlobalBatch": ".loader",
+    "Loader": ".loader",
+    "RampUp": ".plan.schedule",
+    "Packing": ".reel",
+    "WindowedStage": ".reel",
+    "Source": ".sources",
+    "from_sequence": ".sources",
+    "SampleMeta": ".sources.filters",
+    "filter": ".sources.filters",
+}
+
+if TYPE_CHECKING:
+    from .blend import Blend, concat, mix, mix_epochized, open_dataset
+    from .errors import (
+        BatchError,
+        DatareelError,
+        DatasetChangedError,
+        DatasetError,
+        OptionError,
+        SampleContextError,
+        StateMismatchError,
+        TopologyError,
+    )
+    from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
+    from .loader import GlobalBatch, Loader
+    from .plan.schedule import RampUp
+    from .reel import Packing, WindowedStage
+    from .sources import Source, from_sequence
+    from .sources.filters import SampleMeta, filter
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'datareel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

@@ -1,8 +1,18 @@
-"""The ``datareel`` command: demo, prepare, info, inspect."""
+"""The ``datareel`` command: demo, prepare, info, inspect, verify, preview, plot.
+
+Building the parser imports nothing heavy (no torch): ``datareel --help``, ``datareel CMD --help`` and
+argument errors answer at once; each command imports what it needs when it runs. Every command takes
+``--debug`` and ``--quiet`` before or after its name. Each answer goes out in one write, newline included
+(``say``), and is flushed before the command returns: a reader that closes the pipe early
+(``datareel ... | head``) ends the command quietly with 141, the shell's status for a closed pipe, whenever
+the closing is noticed (the last flush included), and one that read a whole answer never does.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import io
 import json
 import os
 import sys
@@ -12,11 +22,19 @@ from typing import Any
 
 from ..errors import DatareelError
 
+DEBUG_HELP = "show the full traceback of an error"
+QUIET_HELP = "no progress bars or phase lines on stderr (the results on stdout are unchanged)"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="datareel", description="Elastic, deterministic data loading for PyTorch.")
-    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    # the same flags after the command's name; SUPPRESS: absent there, they keep the value given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    common.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_subparser(common))
     demo = commands.add_parser(
         "demo",
         help="checkpoint on 4 ranks × 2 workers, resume on 3 × 1 and 2 × 0, compare with an uninterrupted run",
@@ -55,9 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     prepare.add_argument("--workers", type=int, default=None, help="parallel indexing processes (default: cores)")
     prepare.add_argument("--overwrite", action="store_true", help="replace an existing .nv-meta")
-    prepare.add_argument("--quiet", action="store_true", help="no progress bar")
-    info = commands.add_parser("info", help="splits, shards, samples, bytes and sample type of a prepared dataset")
-    info.add_argument("path")
+    info = commands.add_parser(
+        "info",
+        help="splits, shards, samples, bytes and sample type of a prepared dataset; a metadataset's datasets",
+    )
+    info.add_argument("path", help="a prepared directory, a .jsonl file or a metadataset YAML")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     inspect = commands.add_parser(
         "inspect",
@@ -65,11 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         "can resume it",
     )
     _state_file_arguments(inspect)
-    inspect.add_argument(
-        "--dataset", default=None, help="the job's dataset: also each source's epoch and offset at the cursor"
-    )
-    inspect.add_argument("--split", default="train", help="with --dataset: split of a prepared directory")
-    inspect.add_argument("--name", default=None, help="with --dataset: the name the job gave open_dataset, if any")
+    _dataset_arguments(inspect, "(optional) the job's dataset: also each source's epoch and offset at the cursor")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     verify = commands.add_parser(
         "verify",
@@ -77,13 +93,11 @@ def _parser() -> argparse.ArgumentParser:
         "rank, or the error the job would hit (exit 0 / 1)",
     )
     _state_file_arguments(verify)
-    verify.add_argument("dataset", help="the job's dataset: a prepared directory, a .jsonl file or a metadataset YAML")
+    _dataset_arguments(verify, "the job's dataset")
     verify.add_argument("--world-size", type=int, required=True)
     verify.add_argument("--micro-batch-size", type=int, required=True)
     verify.add_argument("--num-workers", type=int, default=0)
     verify.add_argument("--show", type=int, default=2, help="global batches to list (default 2)")
-    verify.add_argument("--split", default="train", help="split of a prepared directory (default train)")
-    verify.add_argument("--name", default=None, help="the dataset name the job gave open_dataset, if any")
     verify.add_argument("--seed", type=int, default=None, help="default: the state's")
     verify.add_argument(
         "--global-batch-size",
@@ -110,11 +124,29 @@ def _parser() -> argparse.ArgumentParser:
     preview.add_argument("--key", default=None, help="the sample with this key (scans the dataset)")
     preview.add_argument("--count", type=int, default=3, help="samples from the start when no --index / --key")
     preview.add_argument("--split", default="train", help="split of a prepared directory (default train)")
-    preview.add_argument("--decode", action="store_true", help="decode parts as the loader does (images as PIL)")
-    preview.add_argument("--out", default=None, help="folder for the image parts and a contact sheet")
+    preview.add_argument(
+        "--decode",
+        action="store_true",
+        help="decode parts exactly as a Loader over open_dataset(DATASET) hands them out (images: --image-decode)",
+    )
+    preview.add_argument(
+        "--image-decode",
+        default=None,
+        metavar="MODE",
+        help="with --decode: the image_decode the job passes open_dataset (pil, rgb8, torchrgb8, ..., none: "
+        "bytes); default open_dataset's own (torchrgb: float CHW tensors in [0, 1])",
+    )
+    preview.add_argument(
+        "--out",
+        default=None,
+        help="folder for the image parts (PNGs of their pixels; with --decode, of the decoded values) and a "
+        "contact sheet",
+    )
     preview.add_argument("--json", action="store_true", help="print JSON instead of text")
     plot = commands.add_parser(
-        "plot", help="draw each source's share of the global batches, its epochs and the pack fill (needs [plot])"
+        "plot",
+        help="draw each source's share of the global batches (a blend), its epochs and the pack fill "
+        "(needs matplotlib, the [plot] extra)",
     )
     plot.add_argument("dataset", help="a prepared directory, a .jsonl file or a metadataset YAML")
     plot.add_argument("--global-batch-size", type=int, required=True)
@@ -125,8 +157,41 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--max-length", type=int, default=None, help="with packing: datareel.Packing(max_length=...)")
     plot.add_argument("--length", default="index", help="with packing: index (default) or bytes")
     plot.add_argument("--window", type=int, default=None, help="with packing: the planning window")
-    plot.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
+
+
+def _subparser(common: argparse.ArgumentParser) -> type[argparse.ArgumentParser]:
+    """The class of the commands' parsers: each one also takes ``common``'s flags (``--debug``, ``--quiet``)."""
+
+    class Command(argparse.ArgumentParser):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**{**kwargs, "parents": [*kwargs.get("parents", ()), common]})
+
+    return Command
+
+
+def _dataset_arguments(command: argparse.ArgumentParser, what: str) -> None:
+    """The job's dataset, for ``inspect`` and ``verify`` alike: ``DATASET`` after the state, or ``--dataset``."""
+    kinds = "a prepared directory, a .jsonl file or a metadataset YAML"
+    command.add_argument("dataset", nargs="?", default=None, help=f"{what}: {kinds}")
+    command.add_argument(
+        "--dataset", dest="dataset_option", metavar="DATASET", default=None, help="the same, as an option"
+    )
+    command.add_argument("--split", default="train", help="split of a prepared directory (default train)")
+    command.add_argument("--name", default=None, help="the name the job gave open_dataset, if any")
+
+
+def _dataset(parser: argparse.ArgumentParser, args: argparse.Namespace, required: bool) -> str | None:
+    """The dataset given to ``inspect`` / ``verify`` as ``DATASET`` or ``--dataset DATASET`` (one of them)."""
+    given, option = args.dataset, args.dataset_option
+    if given is not None and option is not None and given != option:
+        parser.error(f"the dataset is given twice, as {given!r} and --dataset {option!r}: give it once")
+    dataset = given if given is not None else option
+    if dataset is None and required:
+        parser.error(f"{args.command} needs the job's dataset: datareel {args.command} STATE DATASET ...")
+    if dataset is None and (args.split != "train" or args.name is not None):
+        parser.error("--split and --name describe the job's dataset: give the dataset too")
+    return dataset
 
 
 def _state_file_arguments(command: argparse.ArgumentParser) -> None:
@@ -138,16 +203,54 @@ def _state_file_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
+def say(text: str) -> None:
+    """A command's answer (one or more lines) on stdout, in one write: with ``PYTHONUNBUFFERED`` set, ``print``
+    writes the text and its newline apart, and a reader that closes between the two turned a complete answer
+    into a broken pipe."""
+    data = text + "\n"
+    raw = getattr(sys.stdout, "buffer", None)
+    if not isinstance(raw, io.RawIOBase):  # buffered (or a stand-in): the buffer writes all of it, or raises
+        sys.stdout.write(data)
+        return
+    # unbuffered: the text layer hands the file one write and drops what a short write leaves over (a pipe whose
+    # reader closes mid-answer), so write the bytes here until all are out: the next write then raises EPIPE
+    sys.stdout.flush()
+    view = memoryview(data.encode(sys.stdout.encoding, sys.stdout.errors or "strict"))
+    while view:
+        written = raw.write(view)
+        if written is None:  # a non-blocking stdout that is full
+            raise BlockingIOError(errno.EAGAIN, "stdout is non-blocking and full")
+        view = view[written:]
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout went away: point stdout at /dev/null (so the interpreter's final flush does not
+    complain again) and give the shell's status for a tool stopped by a closed pipe, 128 + SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
+
+
+def _flush_after_error() -> None:
+    """Flush what the command printed before its error, quietly if the reader is gone too."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return _run(parser, args)
+        code = _run(parser, args)
+        sys.stdout.flush()  # here, not at interpreter exit: a reader gone by then is the quiet 141 below too
+        return code
     except BrokenPipeError:  # the reader went away (`datareel ... | head`): stop quietly, as Unix tools do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not complain again
-        return 141  # 128 + SIGPIPE: what the shell reports for a tool stopped by a closed pipe
+        return _stdout_gone()
     except (DatareelError, OSError) as exc:  # expected: bad input, a missing file; one line, no traceback
+        _flush_after_error()
         if args.debug:
             raise
         print(f"datareel {args.command}: error: {exc}", file=sys.stderr)
@@ -155,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("(run with --debug for the traceback)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _flush_after_error()
         if args.debug:
             raise
         print(f"datareel {args.command}: interrupted; nothing half-written was kept", file=sys.stderr)
@@ -167,7 +271,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         if args.samples < 1:
             parser.error(f"--samples={args.samples} must be at least 1")
-        return 0 if run_demo(samples=args.samples, seed=args.seed, distributed=args.distributed) else 1
+        passed = run_demo(
+            samples=args.samples, seed=args.seed, distributed=args.distributed, out=say, progress=not args.quiet
+        )
+        return 0 if passed else 1
     if args.command == "prepare":
         from ..sources.energon_meta import is_prepared
         from ..storage import is_remote
@@ -188,7 +295,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 overwrite=args.overwrite,
                 progress=not args.quiet,
             )
-            print(
+            say(
                 f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
                 + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items())
             )
@@ -201,7 +308,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             index_shards(prepare_remote_webdataset)
             return 0
         if args.path.endswith(".jsonl"):
-            print(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
+            say(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
         elif not (args.lengths and is_prepared(Path(args.path)) and not args.overwrite):
             index_shards(prepare_webdataset)
         if args.lengths:
@@ -209,41 +316,43 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
             sys.path.insert(0, os.getcwd())  # `--lengths mymodule:fn` from the current directory
             target = compute_length_index(args.path, args.lengths, workers=args.workers, progress=not args.quiet)
-            print(f"{args.path}: length index written to {target}")
+            say(f"{args.path}: length index written to {target}")
         return 0
     if args.command == "info":
         from .info import dataset_info, format_info
 
         result = dataset_info(args.path)
-        print(json.dumps(result, indent=2) if args.json else format_info(result))
+        say(json.dumps(result, indent=2) if args.json else format_info(result))
         return 0
     if args.command == "inspect":
         from .inspect_state import describe_state, format_description, load_state_file
 
         state, where = load_state_file(args.state, args.key, trusted=args.trusted)
         described = {"file": str(args.state), "key": where, **describe_state(state)}
-        if args.dataset is not None:
+        dataset = _dataset(parser, args, required=False)
+        if dataset is not None:
             from ..blend import open_dataset
             from .verify import verify_state
 
             verdict = verify_state(  # one rank reading the rest of the global batch at once: always fits
                 state,
-                open_dataset(args.dataset, split=args.split, name=args.name),
+                open_dataset(dataset, split=args.split, name=args.name),
                 world_size=1,
                 micro_batch_size=described["resume"]["step_must_divide"],
                 show=1,
             )
             if not verdict["ok"]:
                 error = verdict["error"]
-                raise DatareelError(f"the state does not belong to {args.dataset}: {error['type']}: {error['message']}")
+                raise DatareelError(f"the state does not belong to {dataset}: {error['type']}: {error['message']}")
             described["per_source"] = {k: verdict[k] for k in ("inputs_read", "inputs_before_window", "sources")}
-        print(json.dumps(described, indent=2) if args.json else format_description(described))
+        say(json.dumps(described, indent=2) if args.json else format_description(described))
         return 1 if described["check"].startswith("MISMATCH") else 0  # a state that was edited or spliced
     if args.command == "verify":
         from ..blend import open_dataset
         from .inspect_state import load_state_file
         from .verify import format_verdict, verify_state
 
+        dataset = _dataset(parser, args, required=True)
         if args.show < 1:
             parser.error(f"--show={args.show} must be at least 1")
         if args.allow_batch_size_change and args.global_batch_size is None:
@@ -251,7 +360,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         state, _ = load_state_file(args.state, args.key, trusted=args.trusted)
         verdict = verify_state(
             state,
-            open_dataset(args.dataset, split=args.split, name=args.name),
+            open_dataset(dataset, split=args.split, name=args.name),
             world_size=args.world_size,
             micro_batch_size=args.micro_batch_size,
             num_workers=args.num_workers,
@@ -262,33 +371,34 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             global_batch_size=args.global_batch_size,
             allow_batch_size_change=args.allow_batch_size_change,
         )
-        print(
+        say(
             json.dumps(verdict, indent=2, default=str)
             if args.json
             else format_verdict(verdict, args.world_size, args.micro_batch_size)
         )
         return 0 if verdict["ok"] else 1
     if args.command == "preview":
-        from ..blend import Blend, open_dataset
-        from .preview import format_preview, pick, preview
+        from .preview import format_preview, nothing_written, open_for_preview, pick, preview
 
         if args.count < 1:
             parser.error(f"--count={args.count} must be at least 1")
-        source = open_dataset(args.dataset, split=args.split, decode=args.decode, image_decode="pil")
-        if isinstance(source, Blend):
-            raise DatareelError(f"{args.dataset} is a blend; preview one of its datasets (give that dataset's path)")
-        chosen = pick(source, args.index, args.key, args.count)
-        shown, written = preview(source, chosen, Path(args.out) if args.out else None)
+        if args.image_decode is not None and not args.decode:
+            parser.error(f"--image-decode {args.image_decode} decodes images: add --decode")
+        source = open_for_preview(args.dataset, split=args.split, decode=args.decode, image_decode=args.image_decode)
+        chosen = pick(source, args.index, args.key, args.count, progress=not args.quiet)
+        out = Path(args.out) if args.out else None
+        shown, written = preview(source, chosen, out)
+        note = nothing_written(out, decoded=args.decode) if out is not None and not written else None
         if args.json:
-            print(json.dumps({"samples": shown, "written": [str(p) for p in written]}, indent=2))
+            say(json.dumps({"samples": shown, "written": [str(p) for p in written], "note": note}, indent=2))
         else:
-            print(format_preview(source.name, shown, written))
+            say(format_preview(source.name, shown, written) + (f"\n{note}" if note else ""))
         return 0
     if args.command == "plot":
         from ..blend import open_dataset
         from ..loader import Loader
         from ..reel.packing import Packing
-        from .plot import draw, stream_shares
+        from .plot import draw, stream_shares, summary
         from .verify import _KeysOnly
 
         if args.steps < 1:
@@ -309,10 +419,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         )
         shares = stream_shares(loader, args.steps, progress=not args.quiet)
         draw(shares, Path(args.out), Path(args.dataset).name)
-        totals = shares["counts"].sum(axis=0) / max(int(shares["counts"].sum()), 1)
-        for name, got, want in zip(shares["sources"], totals.tolist(), shares["target"].tolist()):
-            print(f"{name}: {got:.4f} of {shares['counts'].shape[0]:,} global batches (target {want:.4f})")
-        print(f"wrote {args.out}")
+        say("\n".join([*summary(shares), f"wrote {args.out}"]))
         return 0
     return 2
 

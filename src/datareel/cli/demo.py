@@ -10,13 +10,18 @@ Ranks are simulated in one process by default; ``--distributed`` runs each
 phase as real processes joined by torch.distributed (gloo on 127.0.0.1),
 checkpointing with ``save_state_global`` and restoring with
 ``restore_state_global``.
+
+Each phase is announced on stderr as it starts and when it ends (with its time): the distributed
+demo starts real processes for each phase and takes a minute or more; ``--quiet`` drops these lines.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,13 +184,27 @@ def run_scenario(
     global_batch_size: int,
     work: Path,
     runner: Callable[[Job], tuple[list[list[Any]], str | None]],
+    note: Callable[[str], Any] | None = None,
+    where: str = "ranks simulated in this process",
 ) -> tuple[list[list[Any]], list[tuple[Phase, int, list[list[Any]]]], str | None]:
-    """Phase 0 runs from the start and checkpoints; every later phase resumes that checkpoint.
+    """Phase 0 runs from the start and checkpoints; every later phase resumes that checkpoint. ``note``
+    is told each phase as it starts and when it ends (``where`` says how the ranks run).
 
     -> (reference global batches, [(phase, first global batch, its global batches)], checkpoint JSON)
     """
     first, rest = phases[0], phases[1:]
     total = first.batches + max(p.batches for p in rest)
+    count = len(phases) + 1
+
+    def timed(n: int, what: str, run: Callable[[], Any]) -> Any:
+        if note is None:
+            return run()
+        note(f"[{n}/{count}] {what} ...")
+        start = time.monotonic()
+        result = run()
+        note(f"[{n}/{count}] done in {time.monotonic() - start:.1f} s")
+        return result
+
     ref_job = Job(
         data=str(data),
         seed=seed,
@@ -194,7 +213,9 @@ def run_scenario(
         out_dir=str(work / "reference"),
         phase=Phase(world_size=1, num_workers=0, micro_batch_size=global_batch_size, batches=total),
     )
-    reference, _ = run_phase_local(ref_job)
+    reference, _ = timed(
+        1, f"uninterrupted reference on 1 rank: global batches 0-{total - 1}", lambda: run_phase_local(ref_job)
+    )
     job = Job(
         data=str(data),
         seed=seed,
@@ -203,7 +224,8 @@ def run_scenario(
         state_in=None,
         out_dir=str(work / "phase0"),
     )
-    batches, state = runner(job)
+    what = f"{first.label} ({where}): global batches 0-{first.batches - 1}, then checkpoint"
+    batches, state = timed(2, what, lambda: runner(job))
     results = [(first, 0, batches)]
     if state is None:
         return reference, results, None
@@ -218,7 +240,9 @@ def run_scenario(
             state_in=str(state_path),
             out_dir=str(work / f"phase{i}"),
         )
-        results.append((phase, first.batches, runner(job)[0]))
+        span = f"{first.batches}-{first.batches + phase.batches - 1}"
+        what = f"resume on {phase.label} ({where}): global batches {span}"
+        results.append((phase, first.batches, timed(i + 2, what, lambda job=job: runner(job))[0]))
     return reference, results, state
 
 
@@ -229,14 +253,23 @@ def run_demo(
     seed: int = 1234,
     distributed: bool = False,
     out: Callable[[str], Any] = print,
+    progress: bool = False,
 ) -> bool:
-    """Run the scenario; print a table and a verdict; return whether everything matched."""
+    """Run the scenario; print a table and a verdict; return whether everything matched. ``progress``:
+    each phase announced on stderr as it starts and ends."""
     with tempfile.TemporaryDirectory(prefix="datareel-demo-") as tmp:
         work = Path(tmp)
         data = write_dataset(work, samples, seed=seed)
         runner = run_phase_distributed if distributed else run_phase_local
         reference, results, state = run_scenario(
-            data, DEMO_PHASES, seed=seed, global_batch_size=global_batch_size, work=work, runner=runner
+            data,
+            DEMO_PHASES,
+            seed=seed,
+            global_batch_size=global_batch_size,
+            work=work,
+            runner=runner,
+            note=_to_stderr if progress else None,
+            where="real processes, gloo" if distributed else "ranks simulated in this process",
         )
     return report(
         reference,
@@ -247,6 +280,11 @@ def run_demo(
         mode="real processes, gloo on 127.0.0.1" if distributed else "ranks simulated in one process",
         out=out,
     )
+
+
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(f"datareel demo: {line}\n")
+    sys.stderr.flush()
 
 
 def report(reference, results, state, *, samples: int, global_batch_size: int, mode: str, out) -> bool:

@@ -1,7 +1,14 @@
-"""``datareel info``: what a prepared dataset holds."""
+"""``datareel info``: what a prepared dataset holds; for a metadataset YAML, what each of its datasets holds.
+
+Whatever info cannot describe, it says why, and the command that makes it describable when there is one
+(``datareel prepare`` takes a directory of ``.tar`` shards or a ``.jsonl`` file: never a shard, a YAML,
+or a directory without shards). A metadataset needs no preparing of its own: its datasets do.
+"""
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -9,17 +16,21 @@ from ..errors import DatasetError
 from ..sources import energon_meta as meta
 from ..sources.fieldmap import CRUDE
 from ..sources.index_files import read_index
+from ..storage import join
 from ..storage.path import as_path
 
 
 def dataset_info(path: str | Path) -> dict[str, Any]:
     """Splits, shards, samples, bytes and sample type of a prepared directory or JSONL file."""
     p = as_path(path)
+    if p.suffix in (".yaml", ".yml"):
+        return metadataset_info(p)
+    problem = not_ready(p)
+    if problem is not None:
+        raise DatasetError(problem)
     if p.suffix == ".jsonl":
         idx = read_index(as_path(f"{p}.idx"))
         return {"path": str(p), "kind": "jsonl", "samples": len(idx) - 1, "bytes": p.stat().st_size}
-    if not (p.is_dir() and meta.is_prepared(p)):
-        raise DatasetError(f"{p} is not a prepared dataset directory or .jsonl file; run `datareel prepare {p}`")
     info = meta.read_info(p)
     config = meta.read_dataset_yaml(p)
     sample_type = (
@@ -46,8 +57,144 @@ def dataset_info(path: str | Path) -> dict[str, Any]:
     }
 
 
+def not_ready(p: Any) -> str | None:
+    """Why ``p`` is not a dataset info can describe, and the command that fixes it (one that works), or ``None``."""
+    if not isinstance(p, Path):  # a URL: what the bucket holds is read when opened
+        if p.suffix == ".jsonl" or (p.is_dir() and meta.is_prepared(p)):
+            return None
+        return f"{p} is not a prepared dataset directory or .jsonl file; run `datareel prepare {p}`"
+    if not p.exists():
+        return f"{p} does not exist"
+    if p.suffix == ".jsonl":
+        if not Path(f"{p}.idx").is_file():
+            return f"{p} is not indexed ({p}.idx is missing); run `datareel prepare {p}`"
+        return None
+    if p.is_dir() and meta.is_prepared(p):
+        return None
+    inside = next((a for a in p.resolve().parents if meta.is_prepared(a)), None)
+    if inside is not None:
+        return f"{p} is inside the prepared dataset {inside}: run `datareel info {inside}`"
+    if p.is_file():
+        if p.suffix == ".tar":
+            return f"{p} is one shard; a dataset is the directory of its shards: run `datareel prepare {p.parent}`"
+        return f"{p} is a file, not a dataset: give a prepared directory, a .jsonl file or a metadataset .yaml"
+    if not any(p.rglob("*.tar")):
+        return (
+            f"{p} holds no .tar shards and no {meta.META}/: it is not a dataset (datareel prepare indexes a "
+            "directory of WebDataset .tar shards, or a .jsonl file)"
+        )
+    return str(meta.unprepared(p))  # "run `datareel prepare DIR`" (or the metadata an interrupted run set aside)
+
+
+def metadataset_info(path: Any) -> dict[str, Any]:
+    """Each dataset a metadataset YAML names (per split, nested metadatasets followed): its path, the split
+    part read and its samples. Raises naming every dataset that is missing or not prepared, with the
+    commands that prepare them (the YAML itself is never prepared)."""
+    datasets: list[dict[str, Any]] = []
+    _walk_metadataset(as_path(path), None, datasets, ())
+    broken = [d for d in datasets if d["problem"]]
+    if broken:
+        fixes = sorted({d["fix"] for d in broken if d["fix"]})
+        raise DatasetError(
+            f"{path} is a metadataset: it needs no preparing itself, its datasets do; "
+            + "; ".join(f"{d['yaml']}: {d['where']}: {d['problem'].partition('; run `')[0]}" for d in broken)
+            + ("" if not fixes else "; run " + " and ".join(f"`{f}`" for f in fixes))
+        )
+    return {"path": str(path), "kind": "metadataset", "datasets": datasets}
+
+
+def _walk_metadataset(yaml_path: Any, only: str | None, out: list[dict[str, Any]], stack: tuple[str, ...]) -> None:
+    """Append each dataset of ``yaml_path`` (of split ``only``, or of every split) to ``out``."""
+    if str(yaml_path) in stack:
+        raise DatasetError(f"{yaml_path}: metadatasets include each other in a cycle: {list(stack)}")
+    config = meta.load_file(yaml_path, "metadataset")
+    splits = config.get("splits") if isinstance(config, dict) else None
+    if not isinstance(splits, dict):
+        raise DatasetError(f"{yaml_path}: a metadataset is a mapping with '__class__' and 'splits'")
+    legacy = config.get("__class__") == "Metadataset"  # v1: {split: {datasets: [...]}}
+
+    def walk(node: Any, split: str, where: str) -> None:
+        if not isinstance(node, dict):
+            return  # malformed: open_dataset names it
+        if legacy and where.count(".") == 1 and isinstance(node.get("datasets"), list):
+            node = {"blend": node["datasets"]}
+        if isinstance(node.get("path"), str):
+            part = node.get("split_part", split)
+            target = as_path(join(str(yaml_path.parent), node["path"]))
+            if target.suffix in (".yaml", ".yml"):
+                _walk_metadataset(target, part if isinstance(part, str) else split, out, (*stack, str(yaml_path)))
+            else:
+                out.append({"yaml": str(yaml_path), "where": where, "split": split, **_entry(target, part)})
+            return
+        for kind in ("blend", "blend_epochized"):
+            if isinstance(node.get(kind), list):
+                for i, item in enumerate(node[kind]):
+                    walk(item, split, f"{where}.{kind}[{i}]")
+
+    for split, node in splits.items():
+        if only is None or split == only:
+            walk(node, str(split), f"splits.{split}")
+
+
+def _entry(target: Any, part: Any) -> dict[str, Any]:
+    """One dataset of a metadataset: its kind and samples of ``part``, or the problem and its fix."""
+    entry: dict[str, Any] = {"path": str(target), "split_part": part, "samples": None, "problem": None, "fix": None}
+    problem = not_ready(target)
+    if problem is not None:
+        fix = problem.rpartition("run `")[2].partition("`")[0] if "run `datareel prepare" in problem else None
+        return {**entry, "problem": problem, "fix": fix}
+    info = dataset_info(target)
+    if info["kind"] == "jsonl":
+        return {**entry, "kind": "jsonl", "samples": info["samples"]}
+    split = info["splits"].get(part)
+    if split is None or not split["samples"]:
+        having = {name: s["shards"] for name, s in info["splits"].items() if s["shards"]}
+        problem = f"{target} has {'no' if split is None else 'an empty'} split {part!r} (shards per split: {having})"
+        if info["shards"] < 2:
+            problem += "; splits are cut by whole shards and it has one: write it as more shards, then prepare it"
+            return {**entry, "problem": problem}
+        fix = _prepare_again(target, having, part)
+        problem += f": prepare it again giving {part!r} a share of its shards"
+        if fix is None:
+            problem += " (with --overwrite, --split-ratio and its --sample-type / --field-map)"
+        return {**entry, "problem": problem, "fix": fix}
+    return {**entry, "kind": "webdataset", "samples": split["samples"]}
+
+
+def _prepare_again(target: Path, having: dict[str, int], part: str) -> str | None:
+    """The ``datareel prepare --overwrite`` that gives ``part`` one shard (taken from the largest split) and
+    keeps the dataset's sample type and field map; ``None`` when its dataset.yaml holds more than those."""
+    config = meta.read_dataset_yaml(target)
+    flags = ""
+    if set(config) - {"__module__", "__class__"} or config.get("__class__") != CRUDE:
+        sample_type, field_map = config.get("sample_type"), config.get("field_map")
+        if set(config) - {"sample_type", "field_map"} or not isinstance(sample_type, dict):
+            return None
+        flags = f" --sample-type {shlex.quote(str(sample_type.get('__class__')))}"
+        if field_map:
+            flags += f" --field-map {shlex.quote(json.dumps(field_map))}"
+    shares = dict(having)
+    largest = max(shares, key=lambda name: shares[name])
+    shares[largest] -= 1
+    shares[part] = 1
+    order = ["train", "val", "test", *sorted(set(shares) - {"train", "val", "test"})]
+    ratio = ",".join(f"{name}:{shares[name]}" for name in order if shares.get(name))
+    return f"datareel prepare {target} --overwrite --split-ratio {ratio}{flags}"
+
+
 def format_info(info: dict[str, Any]) -> str:
     lines = [f"{info['path']}: {info['kind']}"]
+    if info["kind"] == "metadataset":
+        head = ("split", "entry", "dataset", "part", "samples")
+        rows = [head, *((d["split"], d["where"], d["path"], str(d["split_part"]), f"{d['samples']:,}")
+                        for d in info["datasets"])]  # fmt: skip
+        widths = [max(len(row[c]) for row in rows) for c in range(len(head))]
+        for row in rows:
+            cells = [
+                cell.rjust(w) if c == len(head) - 1 else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths))
+            ]
+            lines.append("  " + "  ".join(cells).rstrip())
+        return "\n".join(lines)
     if info["kind"] == "jsonl":
         lines.append(f"  samples: {info['samples']:,}   bytes: {_size(info['bytes'])}")
         return "\n".join(lines)

@@ -1,9 +1,13 @@
 """``datareel plot DATASET --global-batch-size G --steps S --out FILE.png``: the stream, drawn.
 
 One figure: each source's share of the global batches against its target (cumulative, and per window of
-batches), each source's epoch boundaries, and with packing the fill of the packs. The numbers come from
-the reel itself (the loader's plan, laid out as one rank reading whole global batches): no sample is
-read, except lengths for packing. matplotlib is an optional extra (``pip install 'datareel[plot]'``).
+batches), each source's epoch boundaries, and with packing the fill of the packs. A single dataset has no
+shares to draw (its share of every batch is 1: shares need a blend): its figure shows the passes over it
+(epochs read, with each new epoch marked) and, with packing, the samples each global batch packs and the
+fill of the packs. The numbers come from the reel itself (the loader's plan, laid out as one rank reading
+whole global batches): no sample is read, except lengths for packing. matplotlib is an optional extra
+(from a clone: ``.venv/bin/pip install -c constraints.txt -e '.[plot]'``; from an installed package:
+``pip install 'datareel[plot]'``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from ..loader import Loader
 from ..plan.nodes import consumed
 from ..sources.lengths import lengths_of
 
+INSTALL = (
+    "datareel plot needs matplotlib, the [plot] extra: from a clone, .venv/bin/pip install -c constraints.txt "
+    "-e '.[plot]'; from an installed package, pip install 'datareel[plot]'"
+)
 EPOCH_LINES = 30
 """Epoch boundaries drawn per source at most (a source cycling faster is only counted in the legend)."""
 LONG_RUN = 10**15
@@ -66,6 +74,7 @@ def stream_shares(loader: Loader, steps: int, progress: bool = True) -> dict[str
         "target": target,
         "epoch_starts": starts,  # per source: global batches after which it has begun a new pass
         "fill": None if fill is None else fill[:done],
+        "sizes": sizes,  # (n,): samples of each source (one epoch)
     }
 
 
@@ -74,10 +83,12 @@ def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
     try:
         import matplotlib
     except ImportError:
-        raise DatareelError("datareel plot needs matplotlib: pip install 'datareel[plot]'") from None
+        raise DatareelError(INSTALL) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if len(shares["sources"]) == 1:
+        return _draw_one(plt, shares, out, title)
     counts, target = shares["counts"], shares["target"]
     batches = np.arange(1, len(counts) + 1)
     cumulative = np.cumsum(counts, axis=0) / np.maximum(np.cumsum(counts.sum(axis=1)), 1)[:, None]  # (b, n)
@@ -102,6 +113,74 @@ def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
     axes[0, 0].legend(loc="upper right", fontsize="small", ncol=min(4, len(shares["sources"])))
     axes[1, 0].set_ylabel("share per batch" if window == 1 else f"share per {window} batches")
     if shares["fill"] is not None:
+        axes[2, 0].plot(batches, shares["fill"], color="black")
+        axes[2, 0].set_ylabel("pack fill")
+        axes[2, 0].set_ylim(0, 1.05)
+    axes[-1, 0].set_xlabel("global batch")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def panels(shares: dict[str, Any]) -> list[str]:
+    """The figure's panels, top to bottom: a blend's shares (cumulative, per window), or one source's epochs;
+    with packing, one source's samples per global batch, and the pack fill."""
+    packed = shares["fill"] is not None
+    if len(shares["sources"]) == 1:
+        return ["epochs read", *(["samples per global batch", "pack fill"] if packed else [])]
+    return ["share, cumulative", "share per window", *(["pack fill"] if packed else [])]
+
+
+def epochs_read(shares: dict[str, Any]) -> np.ndarray:
+    """Passes over each source after each global batch (float[b, n]): 2.5 = two epochs and half of the third."""
+    return np.cumsum(shares["counts"], axis=0) / shares["sizes"]  # (b, n)
+
+
+def summary(shares: dict[str, Any]) -> list[str]:
+    """The lines the command prints: each source's share against its target (a blend), or the passes over
+    the one source (and that shares need a blend); with packing, the fill of the packs."""
+    counts = shares["counts"]
+    steps, total = counts.shape[0], int(counts.sum())
+    if len(shares["sources"]) == 1:
+        (name,), size = shares["sources"], int(shares["sizes"][0])
+        lines = [
+            f"{name}: the only source, so its share of every global batch is 1 (shares need a blend); "
+            f"{total:,} samples in {steps:,} global batches = {total / size:.2f} epochs of its {size:,} samples "
+            f"({len(shares['epoch_starts'][0])} new epochs begun)"
+        ]
+    else:
+        totals = counts.sum(axis=0) / max(total, 1)
+        lines = [
+            f"{name}: {got:.4f} of {steps:,} global batches (target {want:.4f})"
+            for name, got, want in zip(shares["sources"], totals.tolist(), shares["target"].tolist())
+        ]
+    fill = shares["fill"]
+    if fill is not None and len(fill):
+        lines.append(f"pack fill: mean {float(fill.mean()):.4f}, lowest {float(fill.min()):.4f} (per global batch)")
+    return lines
+
+
+def _draw_one(plt: Any, shares: dict[str, Any], out: Path, title: str) -> Path:
+    """One source: the epochs read (each new epoch dotted) and, with packing, samples per batch and pack fill."""
+    names = panels(shares)
+    counts = shares["counts"][:, 0]  # (b,)
+    batches = np.arange(1, len(counts) + 1)
+    fig, axes = plt.subplots(len(names), 1, figsize=(10, 3.2 * len(names)), sharex=True, squeeze=False)
+    (name,), size, starts = shares["sources"], int(shares["sizes"][0]), shares["epoch_starts"][0]
+    top = axes[0, 0]
+    top.plot(batches, epochs_read(shares)[:, 0], color="C0", label=f"{name} ({len(starts)} new epochs)")
+    for b in starts if len(starts) <= EPOCH_LINES else []:  # more would hide the curve: the legend counts them
+        top.axvline(b + 1, color="C0", linestyle=":", linewidth=0.8)
+    top.set_ylabel(f"epochs read (of {size:,})")
+    top.set_title(
+        f"{title}\none source: its share of every global batch is 1 (shares need a blend); "
+        "passes over it (dotted: a new epoch begins)"
+    )
+    top.legend(loc="upper left", fontsize="small")
+    if shares["fill"] is not None:
+        axes[1, 0].plot(batches, counts, color="C1")
+        axes[1, 0].set_ylabel("samples per global batch")
         axes[2, 0].plot(batches, shares["fill"], color="black")
         axes[2, 0].set_ylabel("pack fill")
         axes[2, 0].set_ylim(0, 1.05)

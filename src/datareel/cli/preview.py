@@ -1,9 +1,13 @@
 """``datareel preview DATASET``: look at samples: each field's type, shape and an excerpt; images saved.
 
 Samples are picked by index (``--index``, several allowed), by key (``--key``: a scan with a progress
-bar, stopping at the first match), or the first ``--count``. Raw parts stay bytes unless ``--decode``
-(then as the loader decodes them; images as PIL images). ``--out DIR`` saves each image part as a file
-and, for more than one image, a contact sheet ``contact.png`` (thumbnails in a grid, captioned by key).
+bar, stopping at the first match), or the first ``--count``. Raw parts stay bytes unless ``--decode``:
+then each sample is what a ``Loader`` over ``open_dataset(DATASET, split=...)`` hands to ``encode_sample``
+(the same source, opened with the same defaults: images as float CHW tensors in [0, 1], ``torchrgb``;
+``--image-decode`` for a job that passes another ``image_decode``). ``--out DIR`` saves each image
+field as a PNG of its pixels (image bytes, recognised by the part's extension or by their first bytes,
+and with ``--decode`` image tensors and arrays) and, for more than one image, a contact sheet
+``contact.png`` (thumbnails in a grid, captioned by key); when the samples hold no image, it says so.
 """
 
 from __future__ import annotations
@@ -21,6 +25,25 @@ EXCERPT = 80
 THUMB = 128
 """Contact-sheet thumbnail size in pixels."""
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif")
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")
+"""First bytes of PNG, JPEG, GIF, BMP and TIFF files (WebP: ``RIFF....WEBP``): image bytes in a field whose
+name has no image extension (a typed sample's ``image``) are still saved."""
+
+
+def open_for_preview(path: str, *, split: str, decode: bool, image_decode: str | None = None) -> Any:
+    """The source preview reads: with ``decode``, exactly the one ``open_dataset(path, split=split)`` returns
+    (with ``image_decode`` when given, as the job passes it: ``"none"`` for ``None``), so a sample is what
+    the Loader hands to ``encode_sample``; without, every part stays bytes."""
+    from ..blend import Blend, open_dataset
+
+    if decode:
+        options = {} if image_decode is None else {"image_decode": None if image_decode == "none" else image_decode}
+        source = open_dataset(path, split=split, **options)
+    else:
+        source = open_dataset(path, split=split, decode=False)
+    if isinstance(source, Blend):
+        raise DatareelError(f"{path} is a blend; preview one of its datasets (give that dataset's path)")
+    return source
 
 
 def pick(source: Any, indices: list[int], key: str | None, count: int, progress: bool = True) -> list[int]:
@@ -68,18 +91,21 @@ def _excerpt(text: str) -> str:
 
 
 def as_image(name: str, value: Any) -> Any:
-    """A PIL image of a field, or ``None``: PIL images, image bytes by extension, HWC / CHW arrays."""
+    """A PIL image of a field, or ``None``: PIL images, image bytes (by extension or first bytes), HWC / CHW
+    arrays and tensors (uint8, or floats in [0, 1])."""
     from PIL import Image
 
     if hasattr(value, "mode") and hasattr(value, "save"):
         return value
     if isinstance(value, (bytes, bytearray)):
-        if name.rpartition(".")[2].lower() not in IMAGE_EXTENSIONS:
+        if not (name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS or _image_bytes(bytes(value[:12]))):
             return None
         try:
             return Image.open(io.BytesIO(value)).convert("RGB")
         except Exception:
             return None
+    if hasattr(value, "shape") and len(value.shape) == 2 and _image_name(name):  # one channel (l8, ...)
+        value = value[None]
     if hasattr(value, "shape") and len(value.shape) == 3:
         array = np.asarray(value.detach().cpu() if hasattr(value, "detach") else value)
         if array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3):
@@ -92,12 +118,41 @@ def as_image(name: str, value: Any) -> Any:
     return None
 
 
+def read_as_loaded(source: Any, i: int) -> Any:
+    """Sample ``i`` as the Loader hands it to ``encode_sample``: what ``source.read`` returns, and for a dict
+    sample the ``__source__`` name the Loader adds."""
+    from ..sources.base import Sample
+
+    raw = source.read(i)
+    if isinstance(raw, dict) and "__source__" not in raw:
+        return Sample(raw, __source__=source.name) if isinstance(raw, Sample) else {**raw, "__source__": source.name}
+    return raw
+
+
+def _image_bytes(head: bytes) -> bool:
+    return head.startswith(IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+
+
+def _image_name(name: str) -> bool:
+    return name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS or "image" in name.lower()
+
+
+def nothing_written(out: Path, *, decoded: bool) -> str:
+    """Why ``--out`` wrote no file."""
+    if decoded:
+        return f"--out {out}: nothing written: no field of these samples is an image (bytes, tensor or array)"
+    return (
+        f"--out {out}: nothing written: no part of these samples is image bytes; add --decode to also save "
+        f"decoded image arrays and tensors (e.g. an .npy of shape H×W×3)"
+    )
+
+
 def preview(source: Any, indices: list[int], out: Path | None) -> tuple[list[dict[str, Any]], list[Path]]:
     """Each sample's fields (``{"index", "key", "fields": [[name, type, summary], ...]}``) and the image files
     written under ``out`` (the contact sheet last)."""
     shown, written, thumbs = [], [], []
     for i in indices:
-        sample = source.read(i)
+        sample = read_as_loaded(source, i)
         fields = _fields(sample)
         key = str(dict(fields).get("__key__", i))
         rows = []
