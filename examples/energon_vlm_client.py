@@ -1,11 +1,34 @@
-"""A vision-language training client written against Megatron-Energon's API, with the usage patterns of
+r"""A vision-language training client written against Megatron-Energon's API, with the usage patterns of
 Megatron-LM's multimodal example (its dataloader provider and task encoder).
 
-Run it on Energon, or switch its Megatron-Energon imports to ``datareel.energon`` and pass
-``--global-batch-size`` (datareel's one addition) to resume on another number of ranks:
+The commands below run from the repository root with the README's virtual environment (activated, drop
+``.venv/bin/``). The client reads a captioning dataset (an image and a caption per sample) with a ``train``
+and a ``val`` split. To make a small one (60 captioned PNGs in 3 shards) and prepare it with 8/2/0
+train/val/test shares:
 
-    torchrun --nproc-per-node=2 energon_vlm_client.py DATASET OUT --steps 6 --save-at 3 [--pack] [--workers 1]
-    torchrun --nproc-per-node=4 energon_vlm_client.py DATASET OUT --steps 3 --load [--pack] --global-batch-size 8
+    .venv/bin/python examples/energon_vlm_client.py --make-dataset DATASET
+    .venv/bin/datareel prepare DATASET --split-ratio 8,2,0 --sample-type CaptioningSample \
+        --field-map '{"image": "png", "caption": "txt"}'
+
+(``energon prepare DATASET --non-interactive`` with the same three options prepares it the same way.) The
+dataset's shards are split by shard: give ``val`` a share, or the client has no validation data.
+
+On Energon, as written (one topology; ``--global-batch-size`` is not Energon's):
+
+    .venv/bin/torchrun --nproc-per-node=2 examples/energon_vlm_client.py DATASET OUT --steps 6 [--pack]
+
+Switch its two Megatron-Energon imports to ``datareel.energon`` and it resumes on another number of ranks. The
+global batch size (datareel's one addition) is part of the checkpoint: give the same one to the run that saves
+and to every run that resumes (a different one is refused, naming the saved and the new size):
+
+    .venv/bin/torchrun --nproc-per-node=2 examples/energon_vlm_client.py DATASET OUT \
+        --steps 6 --save-at 3 --global-batch-size 8 [--pack] [--workers 1]
+    .venv/bin/torchrun --nproc-per-node=4 examples/energon_vlm_client.py DATASET OUT \
+        --steps 3 --load --global-batch-size 8 [--pack]
+
+The second run continues at global batch 3 with the global batches the first run's steps 3, 4, 5 had (its
+ranks 2 and 3 find no state file and take theirs from the saved global position). Give ``--pack`` to both or
+to neither.
 
 Patterns: a typed captioning dataset read with ``image_decode="pil"`` and a ``handler``; a generator
 ``encode_sample`` under ``@stateless(restore_seeds=True)`` drawing from ``np.random``; dataclass
@@ -21,7 +44,9 @@ OUT/state/dataloader-RANK.pt.
 
 import argparse
 import dataclasses
+import io
 import json
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -152,11 +177,30 @@ def record(batch):
     return {"keys": list(batch["__key__"]), "tokens": batch["tokens"].sum().item(), "imgs": batch["imgs"].sum().item()}
 
 
+def make_dataset(root: Path, shards: int = 3, per_shard: int = 20, seed: int = 0) -> None:
+    """Captioned PNGs of several sizes as WebDataset shards (``KEY.png``, ``KEY.txt``) under ``root``."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for s in range(shards):
+        with tarfile.open(root / f"shard-{s}.tar", "w") as tar:
+            for i in range(s * per_shard, (s + 1) * per_shard):
+                h, w = int(rng.integers(4, 12)), int(rng.integers(4, 12))
+                image = io.BytesIO()
+                Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(image, format="png")
+                words = " ".join(f"w{int(x)}" * int(x % 3 + 1) for x in rng.integers(0, 50, int(rng.integers(2, 9))))
+                for part, data in (("png", image.getvalue()), ("txt", f"caption {i}: {words}".encode())):
+                    info = tarfile.TarInfo(f"img{i:03d}.{part}")
+                    info.size, info.mtime = len(data), 1_700_000_000
+                    tar.addfile(info, io.BytesIO(data))
+    print(f"wrote {shards} shards of {per_shard} captioned images under {root}; prepare it with a val split")
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("dataset")
-    parser.add_argument("out")
-    parser.add_argument("--steps", type=int, required=True, help="global batches to train")
+    parser.add_argument("dataset", nargs="?", help="a prepared captioning dataset with train and val splits")
+    parser.add_argument("out", nargs="?", help="folder for the records and the state files")
+    parser.add_argument("--make-dataset", metavar="DIR", help="write a small captioning dataset (unprepared) and exit")
+    parser.add_argument("--steps", type=int, help="global batches to train")
     parser.add_argument("--save-at", type=int, default=None, help="save per-rank state files after this many")
     parser.add_argument("--load", action="store_true", help="restore from per-rank state files where present")
     parser.add_argument("--pack", action="store_true")
@@ -164,6 +208,11 @@ def main():
     parser.add_argument("--global-batch-size", type=int, default=None)
     parser.add_argument("--fail-key", default=None, help="a sample key whose encoding fails (handler test)")
     args = parser.parse_args()
+    if args.make_dataset:
+        make_dataset(Path(args.make_dataset))
+        return
+    if args.dataset is None or args.out is None or args.steps is None:
+        parser.error("give DATASET OUT --steps N (or --make-dataset DIR)")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     out = Path(args.out)
