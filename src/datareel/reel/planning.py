@@ -10,7 +10,9 @@ Why not ``concurrent.futures.ProcessPoolExecutor``: its process is not a daemon 
 protocol (a manager thread, a wake-up pipe, sentinels) can fail at interpreter exit (CPython 3.11:
 ``OSError: Bad file descriptor`` in its exit hook), after which the interpreter's final join of
 child processes waits forever: a 4-rank training script hung at exit that way.  A daemon process
-is terminated by ``multiprocessing``'s own exit hook, and nothing here runs a thread.
+is terminated by ``multiprocessing``'s own exit hook, and nothing in the training process runs a thread
+(the planning process runs one: it ends the process when the training process is gone however that
+ended, :func:`datareel.lifetime.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -27,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import DatareelError, picklable
+from ..lifetime import die_with_parent
 
 #: (positions int64[k], source ids int32[k], indices int64[k]) of a window
 Inputs = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -41,8 +45,18 @@ class PlanningMessageError(DatareelError):
     may be out of step) and the window can be planned again."""
 
 
-def _serve(conn: Any, other_end: Any, planner: Callable[..., Any], inputs: Callable[[int], Inputs]) -> None:
-    """The planning process: plans the windows asked, oldest first, until the pipe closes."""
+def _serve(
+    conn: Any,
+    other_end: Any,
+    planner: Callable[..., Any],
+    inputs: Callable[[int], Inputs],
+    parent: int,
+    pdeathsig: bool,
+) -> None:
+    """The planning process: plans the windows asked, oldest first, until the pipe closes or the training
+    process ``parent`` ends (however it ends: busy in the user's encoder, this process does not see the
+    pipe close)."""
+    die_with_parent(parent, pdeathsig=pdeathsig)
     other_end.close()  # the reel's end, copied by fork: without this the process never sees the reel go
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the training process, which stops this one
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a handler inherited by fork must not keep it alive
@@ -96,7 +110,12 @@ class PlanningProcess:
             context = multiprocessing.get_context(context)
         mine, theirs = context.Pipe()
         self._process = context.Process(
-            target=_serve, args=(theirs, mine, planner, inputs), name="datareel-planner", daemon=True
+            target=_serve,
+            # the kernel's parent-death signal follows the starting thread: only the main thread lives as long
+            # as the training process (from another thread, the watchdog thread alone ends the process)
+            args=(theirs, mine, planner, inputs, os.getpid(), threading.current_thread() is threading.main_thread()),
+            name="datareel-planner",
+            daemon=True,
         )
         self._process.start()
         theirs.close()  # the process holds the only other end: its death reads as end of file here
