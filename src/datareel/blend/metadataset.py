@@ -10,6 +10,14 @@ and ``split_config``.  Val/test splits concatenate their datasets (weights and
 repetitions are ignored there, as in Energon).  Anything else — ``join``,
 ``aux``, other multipliers, unknown keys — is refused with an error naming the
 key: never silently ignored.
+
+Every mapping is checked key by key (:data:`ROOT_KEYS`, :data:`DATASET_KEYS`,
+:data:`BLEND_KEYS`, ``weight`` only in a ``blend`` item and ``repetitions`` only
+in a ``blend_epochized`` one, ``subset: {range}``, a legacy split's ``datasets``):
+an unknown key (``splitz``, ``wieght``) is a :class:`~datareel.DatasetError`
+naming the file, the place, the allowed keys and the closest one; a key Energon
+reads but datareel cannot honour (:data:`REFUSED`) is refused by name.  An entry
+whose ``path`` does not open names the YAML file and the entry.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 
 from ..errors import DatasetError
 from ..sources.base import Source
-from ..sources.energon_meta import MAX_NODES, load_file
+from ..sources.energon_meta import MAX_NODES, check_keys, close_names, load_file
 from ..sources.jsonl import JsonlSource
 from ..sources.view import SourceView
 from ..sources.webdataset import WebDatasetSource
@@ -28,24 +36,31 @@ from ..storage import join
 from ..storage.path import as_path
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
 
-_REF_KEYS = {
-    "path",
-    "split_part",
-    "subflavors",
-    "shuffle_over_epochs_multiplier",
-    "subset",
-    "dataset_config",
-    "split_config",
-    "weight",
-    "repetitions",
+ROOT_KEYS = ("__module__", "__class__", "splits")
+"""Keys of the top level of a metadataset."""
+_COMMON = ("subflavors", "shuffle_over_epochs_multiplier", "subset")
+DATASET_KEYS = ("path", "split_part", "dataset_config", "split_config", *_COMMON)
+"""Keys of a dataset entry (one with ``path``), besides its ``weight`` / ``repetitions`` in a blend."""
+BLEND_KEYS = ("blend", "blend_epochized", *_COMMON)
+"""Keys of a blend node (``blend`` or ``blend_epochized``; ``subflavors`` and the multiplier are datareel's
+additions there), besides its own ``weight`` / ``repetitions`` when it is an item of a blend."""
+_WEIGHT = {"blend": "weight", "blend_epochized": "repetitions"}  # list kind -> the key its items carry
+_JOIN = "joining datasets sample by sample is not supported by datareel; blend them, or join them in the task encoder"
+REFUSED = {
+    "join": _JOIN,
+    "joiner": _JOIN,
+    "nonmatch": _JOIN,
+    "aux": "auxiliary data sources are not supported by datareel; read the extra files in the task encoder",
+    "subflavor": "the legacy single subflavor is not read by datareel; write subflavors: {__subflavor__: VALUE}",
+    "sample_loader": "Python sample loaders run code from the dataset, which datareel does not do",
+    "__module__": "a class named inside a split is not read by datareel (it never imports what a metadataset "
+    "names); remove __module__/__class__: an entry's keys (path, blend, blend_epochized) say what it is",
+    "__class__": "a class named inside a split is not read by datareel (it never imports what a metadataset "
+    "names); remove __module__/__class__: an entry's keys (path, blend, blend_epochized) say what it is",
+    "__function__": "a function named inside a split is not read by datareel (it never imports what a "
+    "metadataset names); remove it",
 }
-_UNSUPPORTED = {
-    "join": "joining datasets sample by sample",
-    "joiner": "joining datasets sample by sample",
-    "aux": "auxiliary data sources",
-    "nonmatch": "join non-match policies",
-    "sample_loader": "Python sample loaders from the dataset",
-}
+"""Keys Energon reads that datareel cannot honour: refused by name, never accepted and dropped."""
 
 
 class _Context:
@@ -82,16 +97,23 @@ class _Builder:
     def split_node(self, path: Path, split: str) -> Any:
         """The node of ``split`` in the metadataset at ``path`` (each file is read once per builder)."""
         if path not in self.files:
-            self.files[path] = load_file(path, "metadataset")
+            self.files[path] = load_file(path, "metadataset", fix="fix the metadataset YAML")
         config = self.files[path]
         if not isinstance(config, dict):
-            raise DatasetError(f"{path}: a metadataset is a mapping with '__class__' and 'splits'")
+            raise DatasetError(f"{path}: a metadataset is a mapping with '__class__' and 'splits', got {config!r:.80}")
+        check_keys(config, ROOT_KEYS, f"{path}: the top level", "a metadataset")
+        module = config.get("__module__", "megatron.energon")
+        if not (isinstance(module, str) and (module == "megatron.energon" or module.startswith("megatron.energon."))):
+            raise DatasetError(
+                f"{path}: __module__={module!r:.80} is not megatron.energon; datareel reads Energon's metadatasets "
+                f"only (it never imports a module a metadataset names): write __module__: megatron.energon"
+            )
         cls = config.get("__class__")
         splits = config.get("splits")
         if cls not in ("MetadatasetV2", "Metadataset") or not isinstance(splits, dict):
             raise DatasetError(
                 f"{path}: expected __class__: MetadatasetV2 (or the legacy Metadataset) with a 'splits' mapping, "
-                f"got __class__={cls!r}"
+                f"got __class__={cls!r:.80} and splits={splits!r:.80}"
             )
         if split not in splits:
             raise DatasetError(f"{path}: split {split!r} is not defined; it defines {sorted(map(str, splits))}")
@@ -99,6 +121,7 @@ class _Builder:
         if cls == "Metadataset":  # legacy v1: {datasets: [{weight, path, ...}]}
             if not isinstance(node, dict) or not isinstance(node.get("datasets"), list):
                 raise DatasetError(f"{path}: legacy split {split!r} needs a 'datasets' list")
+            check_keys(node, ("datasets",), f"{path}: splits.{split}", "a legacy (Metadataset) split")
             node = {"blend": node["datasets"]}
         return node
 
@@ -132,17 +155,23 @@ class _Builder:
             )
         return total
 
-    def node(self, node: Any, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
+    def node(
+        self,
+        node: Any,
+        yaml_path: Path,
+        ctx: _Context,
+        stack: tuple[Path, ...],
+        where: str,
+        parent: str | None = None,
+    ) -> Source | Blend:
+        """Build one entry at ``where``; ``parent`` is the kind of list holding it (``blend``,
+        ``blend_epochized``) or ``None`` for a split's own node."""
         if not isinstance(node, dict):
-            raise DatasetError(f"{yaml_path}: {where} must be a mapping, got {node!r}")
+            raise DatasetError(f"{yaml_path}: {where} must be a mapping, got {node!r:.80}")
         odd = [key for key in node if not isinstance(key, str)]
         if odd:
             raise DatasetError(f"{yaml_path}: {where} has keys that are not strings: {odd[:5]}")
-        for key in node:
-            if key in _UNSUPPORTED:
-                raise DatasetError(
-                    f"{yaml_path}: {where}.{key}: {_UNSUPPORTED[key]} ({key!r}) is not supported by datareel"
-                )
+        self.keys(node, yaml_path, where, parent)
         kinds = [k for k in ("blend", "blend_epochized", "path") if k in node]
         if len(kinds) != 1:
             raise DatasetError(
@@ -150,20 +179,14 @@ class _Builder:
             )
         ctx = self.narrow(node, yaml_path, ctx, where)
         if "path" in node:
-            unknown = sorted(set(node) - _REF_KEYS)
-            if unknown:
-                raise DatasetError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
             return self.ref(node, yaml_path, ctx, stack, where)
         kind = kinds[0]
-        unknown = sorted(
-            set(node) - {kind, "subflavors", "shuffle_over_epochs_multiplier", "subset", "weight", "repetitions"}
-        )
-        if unknown:
-            raise DatasetError(f"{yaml_path}: {where} has keys datareel does not support: {unknown}")
         items = node[kind]
         if not isinstance(items, list) or not items:
             raise DatasetError(f"{yaml_path}: {where}.{kind} must be a non-empty list")
-        children = [self.node(item, yaml_path, ctx, stack, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+        children = [
+            self.node(item, yaml_path, ctx, stack, f"{where}.{kind}[{i}]", kind) for i, item in enumerate(items)
+        ]
         if ctx.split != "train":
             return concat(children)
         if kind == "blend":
@@ -173,13 +196,34 @@ class _Builder:
         return mix_epochized(list(zip(children, reps)))
 
     @staticmethod
+    def keys(node: dict, yaml_path: Path, where: str, parent: str | None) -> None:
+        """Refuse a key the entry cannot hold: unknown (with the closest), Energon's that datareel cannot
+        honour (by name), a weight outside a ``blend`` list or repetitions outside a ``blend_epochized`` one,
+        or a dataset's own key on a blend."""
+        own = _WEIGHT.get(parent or "")
+        for key in ("weight", "repetitions"):
+            if key in node and key != own:
+                home = "blend" if key == "weight" else "blend_epochized"
+                raise DatasetError(
+                    f"{yaml_path}: {where} has {key!r}, which belongs in a {home} list"
+                    + (f" (items of a {parent} list take {own!r})" if own else " (a split's own entry takes neither)")
+                )
+        is_blend = "path" not in node and any(k in node for k in ("blend", "blend_epochized"))
+        allowed = (BLEND_KEYS if is_blend else DATASET_KEYS) + ((own,) if own else ())
+        if is_blend:
+            wrong = sorted(set(node) & (set(DATASET_KEYS) - set(BLEND_KEYS)))
+            if wrong:
+                raise DatasetError(
+                    f"{yaml_path}: {where} is a blend: {wrong} belong to a dataset entry (one with 'path'); move "
+                    f"them into the entries of the list"
+                )
+        what = "a blend" if is_blend else "a dataset entry" if "path" in node else "an entry"
+        if not is_blend and "path" not in node:
+            allowed = tuple(sorted(set(DATASET_KEYS) | set(BLEND_KEYS))) + ((own,) if own else ())
+        check_keys(node, allowed, f"{yaml_path}: {where}", what, REFUSED, suggest=("weight", "repetitions", "path"))
+
+    @staticmethod
     def number(item: dict, key: str, yaml_path: Path, where: str) -> float:
-        other = "repetitions" if key == "weight" else "weight"
-        if other in item:
-            raise DatasetError(
-                f"{yaml_path}: {where} has {other!r}, which belongs in a "
-                f"{'blend_epochized' if other == 'repetitions' else 'blend'} list"
-            )
         value = item.get(key, 1.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e300 or value != value:
             raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a positive number")
@@ -207,6 +251,8 @@ class _Builder:
 
     @staticmethod
     def subset(spec: Any, yaml_path: Path, where: str, leaf: bool) -> tuple[Any, Any]:
+        if isinstance(spec, dict):
+            check_keys(spec, ("range",), f"{yaml_path}: {where}.subset", "subset")
         if not (
             isinstance(spec, dict)
             and set(spec) == {"range"}
@@ -248,21 +294,34 @@ class _Builder:
                 raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a non-empty string")
         target = _beside(yaml_path, node["path"])
         split = node.get("split_part", ctx.split)
+        entry = f"{yaml_path}: {where}.path={node['path']!r}"
         if target.suffix in (".yaml", ".yml"):
+            try:
+                found = target.is_file()
+            except OSError as exc:
+                raise DatasetError(f"{entry}: cannot open {target}: {exc.strerror or exc}") from None
+            if not found:
+                raise DatasetError(
+                    f"{entry}: metadataset {target} does not exist{close_names(target)} (paths are relative to the "
+                    f"directory of {yaml_path.name}); fix the path"
+                )
             inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges)
             return self.metadataset(target, inner, stack)
-        if target.suffix == ".jsonl":
-            source: Source = JsonlSource(target)
-        else:
-            source = WebDatasetSource(
-                target,
-                split=split,
-                image_decode=self.image_decode,
-                decode=self.decode,
-                subflavors=dict(ctx.subflavors),
-                split_config=node.get("split_config", "split.yaml"),
-                dataset_config=node.get("dataset_config", "dataset.yaml"),
-            )
+        try:
+            if target.suffix == ".jsonl":
+                source: Source = JsonlSource(target)
+            else:
+                source = WebDatasetSource(
+                    target,
+                    split=split,
+                    image_decode=self.image_decode,
+                    decode=self.decode,
+                    subflavors=dict(ctx.subflavors),
+                    split_config=node.get("split_config", "split.yaml"),
+                    dataset_config=node.get("dataset_config", "dataset.yaml"),
+                )
+        except DatasetError as exc:  # name the entry that led here (paths are relative to the YAML)
+            raise _in_entry(exc, entry) from exc
         start, stop = 0, len(source)
         for rng in ctx.ranges:  # innermost (the dataset's own) first
             start, stop = _apply_range(rng, start, stop, yaml_path, where)
@@ -275,6 +334,15 @@ class _Builder:
         count = self.names.get(name, 0) + 1
         self.names[name] = count
         return name if count == 1 else f"{name}#{count}"
+
+
+def _in_entry(exc: DatasetError, entry: str) -> DatasetError:
+    """``exc`` (its own type where it takes a message) with the metadataset entry that opened the dataset."""
+    message = f"{entry}: {exc}"
+    try:
+        return type(exc)(message)
+    except TypeError:
+        return DatasetError(message)
 
 
 def _beside(yaml_path: Any, path: str) -> Any:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DatasetError
 from ..sources import energon_meta
 from ..sources.base import Source
 from ..sources.jsonl import JsonlSource
 from ..sources.webdataset import WebDatasetSource
-from ..storage.path import RemotePath, as_path
+from ..storage.path import as_path
 
 if TYPE_CHECKING:
     from .tree import Blend
@@ -53,7 +52,7 @@ def open_dataset(
         from .metadataset import load_metadataset
 
         return load_metadataset(p, split=split, image_decode=image_decode, decode=decode)
-    if p.is_dir() and energon_meta.is_prepared(p):
+    if energon_meta.is_prepared(p):
         return WebDatasetSource(
             p,
             split=split,
@@ -64,6 +63,4 @@ def open_dataset(
             dataset_config=dataset_config,
             name=name,
         )
-    if p.is_dir() or isinstance(p, RemotePath):
-        raise energon_meta.unprepared(p)
-    raise DatasetError(f"{p} does not exist or is not a dataset directory or .jsonl file")
+    raise energon_meta.unprepared(p)  # says what the path is instead: missing, a shard, a file, unprepared

@@ -44,6 +44,7 @@ from ..errors import DatasetError, OptionError
 from ..sources.energon_meta import META
 from ..sources.fieldmap import CRUDE, SAMPLE_TYPES, typed_fields
 from ..sources.index_files import write_index
+from ..sources.jsonl import unparsable
 from ..sources.tarparse import BLOCK, scan_tar
 from .atomic import leftover, locked, swap_in
 from .index_db import IndexDb
@@ -441,5 +442,7 @@ def _check_jsonl_sample(path: Path, number: int, blob: bytes) -> None:
         raise DatasetError(
             f"{where}: not one valid JSON object: {exc.msg} (line {number + exc.lineno - 1}, column {exc.colno}){hint}"
         ) from None
+    except (RecursionError, ValueError) as exc:  # nesting past the stack, an integer past the conversion limit
+        raise DatasetError(f"{where}: {unparsable(exc)}; fix the line, then run `datareel prepare` again") from None
     if not isinstance(value, dict):
         raise DatasetError(f"{where}: a JSONL sample is a JSON object, got {type(value).__name__}")

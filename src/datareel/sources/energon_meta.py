@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import yaml
 from braceexpand import braceexpand
 
-from ..errors import DatasetError
+from ..errors import INT64_LIMIT, DatasetError
 from ..storage import AccessDenied, NotFound
 
 META = ".nv-meta"
@@ -36,30 +38,115 @@ class Split:
 
 def is_prepared(root: Path) -> bool:
     meta = root / META
-    return (meta / ".info.json").is_file() or (meta / ".info.yaml").is_file()
+    try:
+        return (meta / ".info.json").is_file() or (meta / ".info.yaml").is_file()
+    except OSError as exc:  # a name too long, a loop of links, a directory that cannot be entered
+        raise DatasetError(f"cannot open dataset directory {root}: {exc.strerror or exc}") from None
 
 
 def unprepared(root: Path) -> DatasetError:
-    """The error for a directory without metadata, naming old metadata an interrupted
-    ``prepare --overwrite`` left aside (see :mod:`datareel.cli.atomic`)."""
-    aside = sorted(root.glob(f"{META}.replaced-*"))
+    """The error for a path that is not a prepared dataset, saying what it is instead: missing (with the
+    names beside it that come close), a tar shard or index file (open its directory), another file, a
+    directory without ``.nv-meta/`` (run ``datareel prepare``), one whose ``.nv-meta/`` has no info file,
+    or one whose metadata an interrupted ``prepare --overwrite`` left aside (see :mod:`datareel.cli.atomic`)."""
+    if isinstance(root, Path):
+        try:
+            kind = "dir" if root.is_dir() else "file" if root.exists() else "missing"
+        except OSError as exc:
+            return DatasetError(f"cannot open dataset path {root}: {exc.strerror or exc}")
+        if kind == "missing":
+            return DatasetError(f"{root} does not exist{close_names(root)}")
+        if kind == "file":
+            return _a_file(root)
+        try:
+            aside = sorted(root.glob(f"{META}.replaced-*"))
+            has_meta = (root / META).is_dir()
+        except OSError as exc:
+            return DatasetError(f"cannot read dataset directory {root}: {exc.strerror or exc}")
+    else:  # a URL: a listing costs a request; say what a prepared dataset needs
+        aside, has_meta = [], True
     if aside:
         return DatasetError(
             f"{root} has no {META}/: an interrupted `datareel prepare --overwrite` left the old metadata in "
             f"{aside[0]}; rename it back to {META}, or run `datareel prepare --overwrite {root}`"
         )
-    return DatasetError(f"{root} has no {META}/.info.json: it is not a prepared dataset; run `datareel prepare {root}`")
+    if not has_meta:
+        return DatasetError(
+            f"{root} is a directory but not a prepared dataset: it has no {META}/ (the metadata `datareel prepare` "
+            f"or `energon prepare` writes beside the shards); run `datareel prepare {root}`"
+        )
+    return DatasetError(
+        f"{root} has no {META}/.info.json (or .info.yaml): it is not a prepared dataset, or its preparation did "
+        f"not finish; run `datareel prepare {root}` (with --overwrite if {META}/ holds other files)"
+    )
 
 
-def load_file(path: Path, what: str = "") -> Any:
-    """A JSON or YAML metadata file (safe loading only), bounded in size as written and as expanded."""
+def _a_file(path: Path) -> DatasetError:
+    """The error for a file given where a dataset directory was expected."""
+    name = path.name
+    if name.endswith((".tar", ".tgz", ".tar.idx")):
+        shard = name.removesuffix(".idx")
+        folder = next((p for p in path.parents if (p / META).is_dir()), path.parent)
+        return DatasetError(
+            f"{path} is a {'tar shard' if shard == name else 'shard index'}, not a dataset: a dataset is the directory "
+            f"that holds its shards and {META}/. Open {folder}"
+            + ("" if (folder / META).is_dir() else f" after `datareel prepare {folder}`")
+        )
+    if name.endswith(".jsonl.idx"):
+        return DatasetError(f"{path} is the index of a JSONL dataset: open {path.parent / name[: -len('.idx')]}")
+    return DatasetError(
+        f"{path} is a file, not a dataset: datareel opens a prepared directory (tar shards with {META}/), "
+        f"a .jsonl file or a metadataset .yaml"
+    )
+
+
+def close_names(path: Any) -> str:
+    """``"; did you mean ...?"`` naming entries beside a missing ``path`` whose names come close."""
+    import difflib
+    import itertools
+
+    if not isinstance(path, Path):
+        return ""  # a URL: listing the prefix costs requests
+    try:
+        siblings = [p.name for p in itertools.islice(path.parent.iterdir(), 10_000)] if path.parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, siblings, n=3)
+    return f"; did you mean {' or '.join(str(path.parent / c) for c in close)}?" if close else ""
+
+
+def load_file(path: Path, what: str = "", fix: str = "re-run `datareel prepare` on the dataset") -> Any:
+    """A JSON or YAML metadata file (safe loading only), bounded in size as written and as expanded.
+    Anything wrong with it (unreadable, not UTF-8, not JSON/YAML, an integer past Python's 4,300-digit
+    conversion limit, nested past the parser's stack) is a :class:`DatasetError` naming it and ``fix``."""
+    label = f"{what}{' ' if what else ''}{path}"
     try:
         text = path.read_text(encoding="utf-8")
+    except DatasetError:
+        raise
+    except FileNotFoundError:
+        raise DatasetError(f"{label} does not exist{close_names(path)}") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"cannot read {label}: it is not UTF-8 text (byte {exc.start}: {exc.reason}); {fix}"
+        ) from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read {label}: {exc.strerror or exc}; {fix}") from None
+    try:
         value = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=SAFE_LOADER)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise DatasetError(f"cannot read {what}{' ' if what else ''}{path}: {exc}") from exc
     except RecursionError:
-        raise DatasetError(f"cannot read {what}{' ' if what else ''}{path}: it is nested too deeply to parse") from None
+        raise DatasetError(f"cannot read {label}: it is nested too deeply to parse; {fix}") from None
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise DatasetError(f"cannot read {label}: {exc}; {fix}") from None
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            raise DatasetError(
+                f"cannot read {label}: it holds an integer of more than {sys.get_int_max_str_digits():,} digits, "
+                f"which no count or setting needs; {fix}"
+            ) from None
+        raise DatasetError(f"cannot read {label}: {exc}; {fix}") from None
+    except Exception as exc:  # a parser's own failure on hostile text: never a bare traceback
+        raise DatasetError(f"cannot read {label}: {type(exc).__name__}: {exc}; {fix}") from None
     _check_bounded(value, path)
     return value
 
@@ -115,14 +202,34 @@ def read_info(root: Path) -> dict[str, int]:
     """Shard path (relative to root) -> sample count, from ``.info.json`` (or ``.info.yaml``)."""
     meta = root / META
     path = meta / ".info.json" if (meta / ".info.json").is_file() else meta / ".info.yaml"
-    info = load_file(path)
+    fix = f"re-run `datareel prepare` or `energon prepare` on {root}"
+    info = load_file(path, fix=fix)
     counts = info.get("shard_counts") if isinstance(info, dict) else None
-    if not isinstance(counts, dict) or not all(isinstance(v, int) and v >= 0 for v in counts.values()):
+    if not isinstance(counts, dict):
         raise DatasetError(
-            f"{path} has no valid 'shard_counts' mapping (shard path -> sample count); re-run "
-            f"`datareel prepare` or `energon prepare` on {root}"
+            f"{path} has no valid 'shard_counts' mapping (shard path -> sample count), got "
+            f"{_short(counts if isinstance(info, dict) else info)}; {fix}"
         )
+    for shard, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= INT64_LIMIT:
+            raise DatasetError(
+                f"{path}: shard_counts[{_short(shard)}]={_short(count)} is not a sample count (an integer from 0 "
+                f"to {INT64_LIMIT:,}); {fix}"
+            )
+        if not shard or "\0" in shard:
+            raise DatasetError(f"{path}: shard_counts names {_short(shard)}, which is not a shard path; {fix}")
+    if sum(counts.values()) > INT64_LIMIT:
+        raise DatasetError(f"{path}: shard_counts adds up to more than {INT64_LIMIT:,} samples; {fix}")
     return {str(k): int(v) for k, v in counts.items()}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a hostile value may be huge, an int past the conversion limit)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        return f"<an integer of {value.bit_length():,} bits>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 ETAGS = "etags.json"  # datareel's own: each shard's ETag when `datareel prepare` indexed it in a bucket
@@ -151,7 +258,7 @@ def _expand(entries: Any, path: Path, what: str, info: dict[str, int]) -> list[s
     if entries is None:
         return []
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-        raise DatasetError(f"{path}: {what} must be a list of strings, got {entries!r}")
+        raise DatasetError(f"{path}: {what} must be a list of strings, got {_short(entries)}")
     # a split names each shard at most once and an exclude each shard and sample: more names than that
     # is an error anyway (named by the caller), and a brace range must not be expanded beyond it
     limit = len(info) + (sum(info.values()) if what == "exclude" else 0)
@@ -217,14 +324,18 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
     """The shards of ``split`` (brace-expanded, excludes applied), checked against the info file."""
     meta = root / META
     path = meta / split_config
-    if not path.is_file() and split_config == "split.yaml" and (meta / "split.json").is_file():
+    if not _is_file(path) and split_config == "split.yaml" and _is_file(meta / "split.json"):
         path = meta / "split.json"
-    if not path.is_file():
+    if not _is_file(path):
         raise DatasetError(f"split file {path} is missing; run `datareel prepare` on {root}")
     config = load_file(path)
     parts = config.get("split_parts") if isinstance(config, dict) else None
     if not isinstance(parts, dict):
-        raise DatasetError(f"{path} has no 'split_parts' mapping of split name -> shard list")
+        raise DatasetError(
+            f"{path} has no 'split_parts' mapping of split name -> shard list, got "
+            f"{_short(parts if isinstance(config, dict) else config)}; fix it, or re-run `datareel prepare` on {root}"
+        )
+    check_keys(config, SPLIT_KEYS, str(path), "a split file")
     if split not in parts:
         raise DatasetError(f"split {split!r} is not in {path}; it has {sorted(parts)}: pass one of them as split=")
     shards = _expand(parts[split], path, f"split_parts[{split!r}]", info)
@@ -262,13 +373,55 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
     )
 
 
+SPLIT_KEYS = ("split_parts", "exclude")
+"""The keys of ``split.yaml`` (Energon's ``WebdatasetSplits``)."""
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, with an error the OS gives for the name (too long, a loop of links) named."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        raise DatasetError(f"cannot open {path}: {exc.strerror or exc}") from None
+
+
 def read_dataset_yaml(root: Path, dataset_config: str = "dataset.yaml") -> dict[str, Any]:
     path = root / META / dataset_config
-    if not path.is_file():
-        raise DatasetError(
-            f"{path} is missing; write it (e.g. `datareel prepare {root} --sample-type CrudeWebdataset`)"
-        )
-    config = load_file(path)
+    fix = f"write it, e.g. with `datareel prepare {root} --overwrite --sample-type CrudeWebdataset`"
+    if not _is_file(path):
+        raise DatasetError(f"{path} is missing; {fix}")
+    config = load_file(path, fix=f"fix it, or {fix}")
     if not isinstance(config, dict):
-        raise DatasetError(f"{path} must hold a mapping, got {config!r}")
+        raise DatasetError(
+            f"{path} must hold a mapping (__class__, or sample_type and field_map), got {_short(config)}; {fix}"
+        )
     return config
+
+
+def check_keys(
+    mapping: dict[str, Any],
+    allowed: Iterable[str],
+    where: str,
+    what: str,
+    refused: dict[str, str] | None = None,
+    suggest: Iterable[str] = (),
+) -> None:
+    """Refuse a key of ``mapping`` (at ``where``: the file and the place in it) that is not ``allowed``:
+    one in ``refused`` (a key Energon reads but datareel cannot honour: ``key -> why``) by name and
+    reason, any other as unknown, with the allowed keys and the closest one of them or of ``suggest``
+    (keys valid elsewhere, refused there by name) — a typo is never ignored."""
+    import difflib
+
+    allowed = sorted(allowed)
+    refused = refused or {}
+    for key in mapping:
+        if key in allowed:
+            continue
+        if key in refused:
+            raise DatasetError(f"{where}: {key!r}: {refused[key]}")
+        close = difflib.get_close_matches(str(key), allowed + sorted(set(suggest) - set(allowed)), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise DatasetError(
+            f"{where} has an unknown key {_short(key)}{hint}; {what} takes {', '.join(allowed)}. "
+            f"Fix or remove it: datareel refuses a key it does not know rather than ignore it"
+        )

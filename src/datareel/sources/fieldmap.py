@@ -82,24 +82,80 @@ class TypedFields:
         return out
 
 
-def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
-    """Interpret a ``dataset.yaml`` mapping. -> ``None`` for crude datasets, else the field map."""
-    cls = config.get("__class__")
-    if "sample_loader" in config or "part_filter" in config:
+DATASET_KEYS = ("__module__", "__class__", "sample_type", "field_map", "subflavors")
+"""The keys of ``dataset.yaml`` datareel reads."""
+_REFUSED = {
+    "sample_loader": "a Python sample loader runs code from the dataset, which datareel does not do; describe "
+    "the sample with sample_type + field_map, or use CrudeWebdataset and an encoder",
+    "part_filter": "a part filter runs code from the dataset, which datareel does not do; describe the sample with "
+    "sample_type + field_map (only mapped parts are read), or use CrudeWebdataset and an encoder",
+    "decoder": "a decoder configured in dataset.yaml is not read by datareel; choose decoding with "
+    "open_dataset(image_decode=..., decode=...) (or the task encoder's decoder through datareel.energon) and "
+    "remove the key",
+    "subflavor": "the legacy single subflavor is not read by datareel; write subflavors: {__subflavor__: VALUE}",
+}
+_LEGACY = re.compile(r"^[A-Za-z]+Webdataset$")
+
+
+def _module(value: Any, where: str) -> None:
+    """A ``__module__`` must name Energon's package: datareel never imports what a dataset names, and a
+    class from elsewhere would make Energon read the dataset otherwise than datareel."""
+    if not (isinstance(value, str) and (value == "megatron.energon" or value.startswith("megatron.energon."))):
         raise DatasetError(
-            f"{where}: 'sample_loader'/'part_filter' run Python code from the dataset, which datareel does "
-            f"not do; describe the sample with sample_type + field_map, or use CrudeWebdataset and an encoder"
+            f"{where}: __module__={value!r} is not megatron.energon; datareel reads Energon's own dataset and "
+            f"sample classes only (it never imports a module a dataset names); write __module__: megatron.energon"
+        )
+
+
+def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
+    """Interpret a ``dataset.yaml`` mapping. -> ``None`` for crude datasets, else the field map.
+
+    Every key is checked: an unknown one is refused with the closest known key, and Energon's keys that
+    datareel cannot honour (``sample_loader``, ``part_filter``, ``decoder``) by name."""
+    from .energon_meta import check_keys
+
+    check_keys(dict(config), DATASET_KEYS, where, "dataset.yaml", _REFUSED)
+    if "__module__" in config:
+        _module(config["__module__"], where)
+    cls = config.get("__class__")
+    if cls is not None and not isinstance(cls, str):
+        raise DatasetError(f"{where}: __class__={cls!r} must be a class name such as {CRUDE}")
+    subflavors = config.get("subflavors")
+    if subflavors is not None and not isinstance(subflavors, Mapping):
+        raise DatasetError(
+            f"{where}: subflavors={subflavors!r} must be a mapping (name: value), e.g. subflavors: {{source: coco}}"
         )
     if cls == CRUDE:
+        if "sample_type" in config or "field_map" in config:
+            raise DatasetError(
+                f"{where}: {CRUDE} keeps every part of a sample: it takes no sample_type or field_map; remove "
+                f"them, or drop __class__ to read a typed sample"
+            )
         return None
+    if cls is not None and cls != "StandardWebdatasetFactory" and not _LEGACY.match(cls):
+        raise DatasetError(
+            f"{where}: __class__={cls!r} is not a dataset class datareel reads: {CRUDE}, "
+            f"StandardWebdatasetFactory (with sample_type and field_map) or a legacy <Type>Webdataset"
+        )
     if "sample_type" in config:
         st = config["sample_type"]
-        name = st.get("__class__") if isinstance(st, Mapping) else st
-    elif isinstance(cls, str) and cls.endswith("Webdataset"):  # legacy: CaptioningWebdataset + field_map
+        if isinstance(st, Mapping):
+            check_keys(dict(st), ("__module__", "__class__"), f"{where}: sample_type", "sample_type")
+            if "__module__" in st:
+                _module(st["__module__"], f"{where}: sample_type")
+            name = st.get("__class__")
+        else:
+            name = st
+        if not isinstance(name, str):
+            raise DatasetError(
+                f"{where}: sample_type={st!r} must name a sample class, e.g. "
+                f"sample_type: {{__module__: megatron.energon, __class__: TextSample}}"
+            )
+    elif cls is not None and cls != "StandardWebdatasetFactory":  # legacy: CaptioningWebdataset + field_map
         name = cls[: -len("Webdataset")] + "Sample"
     else:
         raise DatasetError(
-            f"{where}: expected __class__: {CRUDE} or a sample_type with field_map, got {dict(config)!r}"
+            f"{where}: expected __class__: {CRUDE} or a sample_type with field_map, got keys {sorted(config)}"
         )
     if name not in SAMPLE_TYPES:
         raise DatasetError(
@@ -121,6 +177,9 @@ def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
             + (f"lacks required fields {missing}" if missing else "")
             + f"; {name} has fields {list(required + optional)}"
         )
-    return TypedFields(
-        sample_type=name, fields=tuple((f, parse_field(str(spec), where)) for f, spec in field_map.items())
-    )
+    odd = {f: spec for f, spec in field_map.items() if not isinstance(spec, str) or not spec}
+    if odd:
+        raise DatasetError(
+            f"{where}: field_map values must be part names ('txt', 'json[text]', 'jpg,png'), got {odd!r}"
+        )
+    return TypedFields(sample_type=name, fields=tuple((f, parse_field(spec, where)) for f, spec in field_map.items()))

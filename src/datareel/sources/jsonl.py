@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +16,54 @@ import numpy as np
 from ..errors import DatasetError
 from ..storage.path import RemotePath, as_path
 from ..storage.remote import read_prefetched, remote_files
+from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .handles import Handle, handles, open_handle
 from .index_files import read_index, sample_range
+
+
+def parse_json(blob: bytes, where: str, start: int = 0, fix: str = "fix the line") -> Any:
+    """One JSONL sample's bytes parsed (``where`` names it; ``start``: its first byte in the file), or a
+    :class:`DatasetError` naming ``where`` and ``fix`` for anything that does not parse: bytes that are not
+    UTF-8, text that is not JSON, an integer past Python's int conversion limit (4,300 digits), nesting
+    past the parser's stack."""
+    try:
+        return json.loads(blob.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{where}: not valid UTF-8 ({exc.reason} at byte {start + exc.start}); {fix}") from None
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: not valid JSON: {exc.msg}; {fix}") from exc
+    except (RecursionError, ValueError) as exc:
+        raise DatasetError(f"{where}: {unparsable(exc)}; {fix}") from None
+
+
+def unparsable(exc: BaseException) -> str:
+    """Why ``json.loads`` failed with a bare ``RecursionError`` or ``ValueError`` (not a ``JSONDecodeError``)."""
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply to parse (arrays or objects inside each other past Python's stack)"
+    if "integer string conversion" in str(exc):
+        return (
+            f"holds an integer of more than {sys.get_int_max_str_digits():,} digits, past Python's int conversion "
+            f"limit (write it as a string)"
+        )
+    return f"not valid JSON: {exc}"
 
 
 class JsonlSource(Source):
     def __init__(self, path: str | os.PathLike, *, name: str | None = None):
         self.path = as_path(path)
         self.prefetches = isinstance(self.path, RemotePath)
-        if not self.path.is_file():
-            raise DatasetError(f"JSONL file {self.path} does not exist")
+        try:
+            found = self.path.is_file()
+        except OSError as exc:  # a name too long, a loop of links
+            raise DatasetError(f"cannot open JSONL file {self.path}: {exc.strerror or exc}") from None
+        if not found:
+            missing = isinstance(self.path, RemotePath) or not self.path.exists()
+            raise DatasetError(
+                f"JSONL file {self.path} does not exist{meta.close_names(self.path) if missing else ''}"
+                if missing
+                else f"{self.path} is not a file: a JSONL dataset is one .jsonl file (with its .jsonl.idx)"
+            )
         idx = read_index(as_path(f"{self.path}.idx"))
         size = self.path.stat().st_size
         if int(idx[-1]) != size:
@@ -51,14 +89,9 @@ class JsonlSource(Source):
         else:
             blob = handles().pread(str(self.path), self._open_file, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
-        try:
-            return Sample(__key__=str(index), json=json.loads(blob.decode("utf-8")))
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{where}: not valid UTF-8 ({exc.reason} at byte {start + exc.start})") from exc
-        except json.JSONDecodeError as exc:
-            raise DatasetError(
-                f"{where}: not valid JSON: {exc.msg}; re-index with `datareel prepare {self.path}`"
-            ) from exc
+        return Sample(
+            __key__=str(index), json=parse_json(blob, where, start, f"re-index with `datareel prepare {self.path}`")
+        )
 
     def prefetch(self, indices: np.ndarray) -> None:
         """Remote: fetch the lines together (coalesced, concurrent GETs) for :meth:`read`."""

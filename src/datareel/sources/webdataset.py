@@ -72,7 +72,9 @@ class WebDatasetSource(Source):
         config = meta.read_dataset_yaml(self.root, dataset_config)
         where = str(self.root / meta.META / dataset_config)
         self.typed: TypedFields | None = typed_fields(config, where)
-        self.subflavors = {**(config.get("subflavors") or {}), **(subflavors or {})}
+        if subflavors is not None and not isinstance(subflavors, dict):
+            raise OptionError(f"subflavors={subflavors!r} must be a dict (name: value) or None")
+        self.subflavors = {**(config.get("subflavors") or {}), **(subflavors or {})}  # typed_fields checked it
         if decode not in (True, False, "trusted"):
             raise OptionError(
                 f"decode={decode!r} must be True (decode parts; pickles stay bytes), False (every part bytes) or "
