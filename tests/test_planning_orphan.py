@@ -119,3 +119,67 @@ def test_the_planning_process_ends_with_its_training_process(tmp_path, how):
                 os.kill(planner, signal.SIGKILL)  # leave nothing running, even when the test failed
         run.stdout.close()
         Path(stuck).unlink(missing_ok=True)
+
+
+WORKERS_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    import datareel
+
+    how, stuck = sys.argv[1], sys.argv[2]
+    PARENT = os.getpid()
+
+    class Encoder:
+        def encode_sample(self, sample):
+            if os.getpid() != PARENT and sample >= 8:  # a worker, from micro-batch 2 on
+                open(f"{stuck}.{os.getpid()}", "w").close()
+                while True:  # the user's code, busy for an hour
+                    time.sleep(0.05)
+            return sample
+
+    data = datareel.from_sequence(list(range(100)), name="numbers")
+    loader = datareel.Loader(data, global_batch_size=4, micro_batch_size=4, world_size=1, rank=0, shuffle=False,
+                             num_workers=2, persistent_workers=how == "persistent", task_encoder=Encoder())
+    it = iter(loader)
+    print("batch", next(it).tolist(), flush=True)
+    print("workers", *[w.pid for w in it.inner._workers], flush=True)
+    time.sleep(3600)  # until the test kills it
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["fresh", "persistent"])
+def test_dataloader_workers_busy_in_encode_sample_end_with_a_killed_training_process(tmp_path, how):
+    script = tmp_path / "train.py"
+    script.write_text(WORKERS_SCRIPT)
+    stuck = tmp_path / "stuck"
+    run = subprocess.Popen(
+        [sys.executable, str(script), how, str(stuck)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not workers:
+            assert time.monotonic() < deadline and run.poll() is None
+            line = run.stdout.readline().strip()
+            if line.startswith("workers "):
+                workers = [int(pid) for pid in line.split()[1:]]
+        while not all(Path(f"{stuck}.{pid}").exists() for pid in workers):  # both busy in encode_sample
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.01)
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(pid) for pid in workers), "DataLoader workers outlived their training process"
+        assert _read_to_end(run.stdout, 30), "the training process's stdout is still held open"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            run.kill()
+        run.wait(timeout=30)
+        for pid in workers:
+            if not _gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        run.stdout.close()

@@ -24,7 +24,7 @@ from .errors import BatchError, DatareelError, OptionError, check_int
 from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
 from .execute.planner import EncoderPlanner
-from .execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, widen_result_pipe
+from .execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, end_with_this_process, widen_result_pipe
 from .groups import GlobalBatch, global_batches
 from .plan.layout import Layout
 from .plan.schedule import BatchSchedule, RampUp
@@ -58,7 +58,13 @@ class Loader:
     outputs or online packs per window (:class:`~datareel.WindowedStage`; the default for a generator
     ``encode_sample``); ``on_error``
     (``"raise"`` / ``"substitute"``) handles a failing sample, after ``error_handler(exception,
-    key)`` if given (it may raise to stop);
+    key)`` if given (it may raise to stop) — only a failure of the sample itself (its bytes, its
+    decoding, the encoder on its content; :func:`datareel.errors.sample_failure` decides): a failure
+    of the machine or the store (an ``OSError`` with an errno such as EMFILE, EIO, ENOSPC or EACCES, a
+    refused or timed-out connection, a bucket's retries run out, a shard the index lists gone
+    missing) raises :class:`~datareel.errors.StorageError` whatever the policy, tells no handler and
+    leaves the micro-batch unconsumed (``iter(loader)`` makes it again), and a shard truncated or
+    changed since ``prepare`` raises :class:`~datareel.BatchError`;
     ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
     ``multiprocessing_context`` and ``timeout`` go to the
     ``torch.utils.data.DataLoader`` and may change freely between save and restore.
@@ -339,7 +345,9 @@ class _LoaderIterator:
         self.loader, self.generation = loader, generation
         self.queue = loader.pending = CursorQueue()  # read by the sampler when the DataLoader starts it
         try:
-            self.inner = iter(loader._get_dataloader())
+            dataloader = loader._get_dataloader()
+            end_with_this_process(dataloader)  # workers started now end with this process, however it ends
+            self.inner = iter(dataloader)
         except BaseException:  # e.g. persistent workers that did not resume: the next iter() starts fresh ones
             loader._dataloader = None
             raise

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..errors import OptionError, check_int
+from ..lifetime import die_with_parent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,20 @@ class WorkerOptions:
             if self.prefetch_factor is not None:
                 kwargs["prefetch_factor"] = self.prefetch_factor
         return kwargs
+
+
+def end_with_this_process(dataloader: DataLoader) -> None:
+    """Before a DataLoader starts its workers: each ends with this process however it ends (torch's own
+    check runs between batches only, so a worker busy in ``encode_sample`` outlived a SIGKILLed training
+    process). The kernel's parent-death signal only when the workers start from the main thread (it
+    follows the starting thread); the watchdog thread always (:func:`datareel.lifetime.die_with_parent`)."""
+    main = threading.current_thread() is threading.main_thread()
+    dataloader.worker_init_fn = functools.partial(worker_started, os.getpid(), main)
+
+
+def worker_started(parent: int, pdeathsig: bool, worker_id: int) -> None:
+    """The DataLoader's ``worker_init_fn`` (see :func:`end_with_this_process`)."""
+    die_with_parent(parent, pdeathsig=pdeathsig)
 
 
 def passthrough(batch: Any) -> Any:
