@@ -50,14 +50,22 @@ class FaultyProxy:
     """An HTTP proxy in front of the server that breaks ranged GETs on purpose.
 
     ``fail_first``: answer the first N ranged GETs with ``status`` (503 by default) instead of
-    forwarding them; ``drop_first``: forward the next N ranged GETs but close the connection halfway
+    forwarding them (``fail_only``: only ranged GETs whose path holds that text, counted in
+    ``failed``); ``drop_first``: forward the next N ranged GETs but close the connection halfway
     through the body; ``delay``: hold each ranged GET that long before forwarding it. Every other
     request passes through unchanged; ``ranged_gets`` counts them all, ``max_in_flight`` the most
     ranged GETs served at one time.
     """
 
     def __init__(
-        self, upstream: str, *, fail_first: int = 0, status: int = 503, drop_first: int = 0, delay: float = 0.0
+        self,
+        upstream: str,
+        *,
+        fail_first: int = 0,
+        status: int = 503,
+        drop_first: int = 0,
+        delay: float = 0.0,
+        fail_only: str | None = None,
     ):
         import http.client
         import http.server
@@ -67,6 +75,7 @@ class FaultyProxy:
 
         self.fail_first, self.status, self.drop_first, self.ranged_gets = fail_first, status, drop_first, 0
         self.delay, self.in_flight, self.max_in_flight = delay, 0, 0
+        self.fail_only, self.failed = fail_only, 0
         lock = threading.Lock()
         target = urlsplit(upstream)
         proxy = self
@@ -83,8 +92,9 @@ class FaultyProxy:
                 if ranged:
                     with lock:
                         proxy.ranged_gets += 1
-                        fail = proxy.fail_first > 0
+                        fail = proxy.fail_first > 0 and (proxy.fail_only is None or proxy.fail_only in self.path)
                         proxy.fail_first -= fail
+                        proxy.failed += fail
                         drop = not fail and proxy.drop_first > 0
                         proxy.drop_first -= drop
                     if fail:
@@ -123,7 +133,14 @@ class FaultyProxy:
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                import sys
+
+                if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a client gave up, say
+                    super().handle_error(request, client_address)
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -131,3 +148,67 @@ class FaultyProxy:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class StalledServer:
+    """A TCP server on 127.0.0.1 that accepts every connection, reads the request sent on it, and never
+    answers (a store that hangs). ``connections`` and ``requests`` count what it received; :meth:`close`
+    drops every connection and stops it (also as a context manager)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.connections = self.requests = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._held: dict[socket.socket, bool] = {}  # open connection -> whether a request came in on it
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import select
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                conn = None
+            except OSError:
+                return
+            with self._lock:
+                if conn is not None:
+                    conn.setblocking(False)
+                    self.connections += 1
+                    self._held[conn] = False
+                held = list(self._held)
+            for sock in select.select(held, [], [], 0)[0] if held else []:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                with self._lock:
+                    if not data:  # the client gave up and closed it
+                        del self._held[sock]
+                        sock.close()
+                    elif not self._held[sock]:  # a client sends one request and waits for its answer
+                        self._held[sock] = True
+                        self.requests += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._listener.close()
+        with self._lock:
+            for sock in self._held:
+                sock.close()
+            self._held.clear()
+
+    def __enter__(self) -> StalledServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

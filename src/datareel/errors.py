@@ -9,6 +9,8 @@ working:
 - :class:`TopologyError` — batch sizes, world size or a cursor that cannot be laid out;
 - :class:`StateMismatchError` — a saved state from another spec;
 - :class:`DatasetError` — a problem with data on disk (missing shard, stale index, bad tar);
+- :class:`StorageError` — the machine or the store failed, not the sample (too many open files, an
+  I/O error, retries run out, a listed file missing); :func:`sample_failure` tells the two apart;
 - :class:`BatchError` — making one micro-batch failed (in a worker);
 - :class:`SampleContextError` — a per-sample helper called outside a sample.
 
@@ -39,6 +41,42 @@ class DatasetChangedError(DatasetError):
     """A shard no longer matches what ``prepare`` recorded (sample count, tar end, ETag). The dataset as a
     whole is in question, so this is never substituted or handed to an error handler: it always stops
     the run, naming the shard; re-run ``datareel prepare``."""
+
+
+class StorageError(DatasetError):
+    """Reading failed because of the machine or the store, not because of the sample: too many open files,
+    an I/O error, a full disk, access denied, a connection refused, dropped or timed out, retries run out,
+    a file the dataset's index lists gone missing. Never substituted and never handed to an
+    ``error_handler``; the micro-batch does not count as consumed (a fresh ``iter(loader)`` makes it again
+    once the cause is fixed). The message names the file or URL and the fix."""
+
+
+def sample_failure(exc: BaseException) -> bool:
+    """Whether a failure while making a sample is a property of the sample: its bytes (a malformed tar
+    member, a part that does not decode), or the encoder on its content. Only those may be substituted
+    (``on_error="substitute"``) or handed to an ``error_handler``. Not a sample failure, anywhere in the
+    chain of explicit causes (``raise ... from``): a :class:`StorageError`, a :class:`DatasetChangedError`,
+    an ``OSError`` that carries an errno (a failed system call: EMFILE, ENFILE, EIO, ENOSPC, EACCES, ENOENT,
+    ...; decoders' own OSErrors, such as PIL's for a truncated image, carry none), a ``ConnectionError``,
+    a ``TimeoutError``, a ``urllib.error.URLError``, or any exception of an HTTP or storage client
+    (botocore, urllib3, requests, multi-storage-client)."""
+    from urllib.error import URLError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (StorageError, DatasetChangedError, ConnectionError, TimeoutError, URLError)):
+            return False
+        if isinstance(current, OSError) and current.errno is not None:
+            return False
+        if type(current).__module__.split(".")[0] in _TRANSPORT_MODULES:
+            return False
+        current = current.__cause__
+    return True
+
+
+_TRANSPORT_MODULES = frozenset({"botocore", "boto3", "urllib3", "requests", "multistorageclient", "aiohttp", "httpx"})
 
 
 class TopologyError(DatareelError, ValueError):

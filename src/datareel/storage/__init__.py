@@ -9,8 +9,10 @@ a local directory or a URL alike.
     header = files.read_range("s3://bucket/ds/shard-0.tar", 0, 512)   # one ranged GET
 
 Remote backends keep one client per process, made lazily (after a DataLoader worker forks) and
-reused; transient failures are retried with exponential backoff, a bounded number of times, then
-raised as :class:`~datareel.errors.DatasetError` naming the URL.
+reused; transient failures are retried with exponential backoff, a bounded number of times and
+within a deadline (:class:`~datareel.storage.remote.Retry`), then raised naming the URL.  Every
+failure of a store is a :class:`~datareel.errors.StorageError` (a failure of the environment, never
+of a sample: it is not substituted), :class:`NotFound` and :class:`AccessDenied` among them.
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ import posixpath
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import DatasetError
+from ..errors import DatasetError, StorageError
 
 REMOTE_SCHEMES = ("s3", "msc")
 
 
-class NotFound(DatasetError):
+class NotFound(StorageError):
     """The file or object does not exist (or is not a file: a directory, a bucket prefix)."""
 
 
-class AccessDenied(DatasetError):
+class AccessDenied(StorageError):
     """The store refused the request (403). S3 also answers 403, not 404, for a missing object when the
     credentials may not list the bucket."""
 

@@ -7,7 +7,7 @@ import os
 import stat
 import uuid
 
-from ..errors import DatasetError
+from ..errors import DatasetError, StorageError
 from . import NotFound, ObjectInfo
 
 
@@ -18,7 +18,7 @@ class LocalFiles:
         except (FileNotFoundError, NotADirectoryError):
             raise NotFound(f"{path} does not exist") from None
         except OSError as exc:
-            raise DatasetError(f"{path}: {exc.strerror or exc}") from None
+            raise StorageError(f"{path}: {exc.strerror or exc}") from exc
         if not stat.S_ISREG(found.st_mode):
             raise NotFound(f"{path} is not a file")
         return ObjectInfo(found.st_size)
@@ -32,7 +32,7 @@ class LocalFiles:
         except FileNotFoundError:
             raise NotFound(f"{path} does not exist") from None
         except OSError as exc:
-            raise DatasetError(f"{path}: {exc.strerror or exc}") from None
+            raise StorageError(f"{path}: {exc.strerror or exc}") from exc
         try:
             data = os.pread(fd, stop - start, start)
         finally:
@@ -48,7 +48,7 @@ class LocalFiles:
         except FileNotFoundError:
             raise NotFound(f"{path} does not exist") from None
         except OSError as exc:
-            raise DatasetError(f"{path}: {exc.strerror or exc}") from None
+            raise StorageError(f"{path}: {exc.strerror or exc}") from exc
 
     def write(self, path: str, data: bytes) -> None:
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
