@@ -52,7 +52,9 @@ def test_max_open_shards_setting_is_checked(monkeypatch):
     for soft, expected in (
         (256, 64),
         (1024, 256),
-        (40, 16),
+        (40, 10),  # below 64 too: a small `ulimit -n` is a quarter too (the floor of 16 ignored it)
+        (16, 4),
+        (3, 1),
         (1 << 20, 1024),
         (handles_module.resource.RLIM_INFINITY, 1024),
     ):

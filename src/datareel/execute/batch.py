@@ -14,6 +14,11 @@ error policy: ``"raise"`` names its key, source and position; ``"substitute"``
 logs it and uses the first of up to 16 candidates from the same source that
 works, candidate ``t`` being index ``(i + 1 + u_t) mod n`` with ``u_t`` drawn
 from a generator keyed by ``(seed, position)`` — the same on every topology.
+Only a failure of the sample itself is handled so (:func:`~datareel.errors.sample_failure`):
+a failure of the machine or the store (too many open files, an I/O error, retries run
+out, a listed shard missing) raises :class:`~datareel.errors.StorageError`, and a shard
+that changed since it was prepared raises :class:`~datareel.errors.BatchError`, whatever
+the policy, with no handler told — also when a substitute candidate meets it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,15 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import BatchError, DatasetChangedError, OptionError, check_choice, is_skip
+from ..errors import (
+    BatchError,
+    DatasetChangedError,
+    OptionError,
+    StorageError,
+    check_choice,
+    is_skip,
+    sample_failure,
+)
 from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
@@ -133,9 +146,9 @@ class BatchMaker(Dataset):
     def sample(self, position: int, source_id: int, index: int) -> Any:
         try:
             return self._attempt(position, source_id, index)
-        except DatasetChangedError as exc:  # the dataset itself is in question: never substituted or handled
-            raise BatchError(f"{self._where(position, source_id, index)} failed: {exc}") from exc
         except Exception as exc:
+            if not sample_failure(exc):  # the machine, the store or the dataset: never substituted or handled
+                raise self.refused(position, source_id, index, exc) from exc
             where = self._where(position, source_id, index)
             skip = is_skip(exc)  # outside the windowed stage a skip cannot shorten the reel: substitute
             if self.options.handler is not None and not skip:  # Energon's handler: told first; may raise
@@ -153,7 +166,9 @@ class BatchMaker(Dataset):
                 candidate = (index + 1 + int(rng.integers(0, n - 1))) % n
                 try:
                     sample = self._attempt(position, source_id, candidate)
-                except Exception:
+                except Exception as other:
+                    if not sample_failure(other):  # no substitute is made from a failing environment either
+                        raise self.refused(position, source_id, candidate, other) from other
                     continue
                 log.warning(
                     "%s %s (%r); substituted sample index %d of the same source",
@@ -167,6 +182,22 @@ class BatchMaker(Dataset):
                 f"{where} failed: {exc}; and no substitute among {SUBSTITUTE_ATTEMPTS} candidates "
                 f"of the same source worked"
             ) from exc
+
+    def refused(self, position: int, source_id: int, index: int, exc: BaseException) -> Exception:
+        """The error that stops the run for a failure that is not the sample's (see
+        :func:`~datareel.errors.sample_failure`): a :class:`BatchError` for a shard that changed since it was
+        prepared (as before: the micro-batch counts as consumed), else a :class:`StorageError` (it does not:
+        ``iter(loader)`` makes it again once the cause is fixed). Its key is not read: that may fail alike."""
+        if isinstance(exc, DatasetChangedError):
+            return BatchError(f"{self._where(position, source_id, index)} failed: {exc}")
+        return StorageError(
+            f"{self.place(position, source_id, index)} failed: {type(exc).__name__}: {exc} (a failure of the "
+            f"machine or the store, not of the sample: it is neither substituted nor given to an error handler)"
+        )
+
+    def place(self, position: int, source_id: int, index: int) -> str:
+        """Where a sample is, without reading it: its index, its source and its reel position."""
+        return f"sample index {index} of source {self.sources[source_id].name!r} at reel position {position}"
 
     def _key(self, source_id: int, index: int) -> str:
         try:
@@ -182,11 +213,12 @@ class BatchMaker(Dataset):
     def __getitem__(self, desc: Descriptor) -> Any:
         try:
             return self._make(desc)
-        except BatchError:
+        except (BatchError, StorageError):
             raise
         except Exception as exc:  # batch / encode_batch / pack_selected_samples / collation: name the step
             first, last = int(desc.positions[0]), int(desc.positions[-1])
-            raise BatchError(
+            kind = BatchError if sample_failure(exc) else StorageError
+            raise kind(
                 f"micro-step {desc.step} (reel positions {first}..{last}) failed: {type(exc).__name__}: {exc}"
             ) from exc
 
@@ -251,6 +283,8 @@ class BatchMaker(Dataset):
                 try:
                     made[p] = self.first_stage(p, s, i)
                 except Exception as exc:
+                    if not sample_failure(exc):
+                        raise self.refused(p, s, i, exc) from exc
                     raise BatchError(
                         f"{self._where(p, s, i)} failed in a worker although it was planned: {exc}"
                     ) from exc

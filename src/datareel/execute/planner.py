@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatareelError, DatasetChangedError, is_skip, picklable
+from ..errors import DatareelError, DatasetChangedError, StorageError, is_skip, picklable, sample_failure
 from ..plan.rng import DOMAIN_SELECT
 from ..reel.windowed import WindowPlan, make_items
 from .batch import BatchMaker
@@ -77,10 +77,11 @@ class EncoderPlanner:
         except Exception as exc:
             if is_skip(exc):
                 return []
+            if not sample_failure(exc) and not isinstance(exc, DatasetChangedError):  # never left out: stop
+                refused = maker.refused(position, source_id, index, exc)
+                raise StorageError(f"planning window {window}: {refused}") from exc
             where = maker._where(position, source_id, index)
-            if isinstance(exc, DatasetChangedError) or (
-                maker.options.handler is None and maker.options.on_error == "raise"
-            ):
+            if not sample_failure(exc) or (maker.options.handler is None and maker.options.on_error == "raise"):
                 raise DatareelError(f"planning window {window}: {where} failed: {exc!r}") from exc
             failures.append((picklable(exc), maker._key(source_id, index)))
             return []

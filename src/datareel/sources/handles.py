@@ -3,15 +3,19 @@
 A global shuffle touches every shard, so a reader that kept each shard it touched open would run
 out of descriptors on a dataset of a few thousand shards under an ordinary ``ulimit -n``.  Sources
 instead ask :func:`handles` for a shard's handle (its open file and its index, made on first use
-by the source's own ``opener``); at most ``DATAREEL_MAX_OPEN_SHARDS`` (default: a quarter of
-``ulimit -n``, 16 to 1,024; see :func:`max_open`) stay open per process, across all sources, and the
-least recently used one is closed to make room.  Each process
+by the source's own ``opener``); at most ``DATAREEL_MAX_OPEN_SHARDS`` (default: a quarter of the
+soft ``ulimit -n``, at most 1,024; see :func:`max_open`) stay open per process, across all sources,
+and the least recently used one is closed to make room.  If opening one still finds no free
+descriptor (``EMFILE``/``ENFILE``: the rest of the process holds more than the quarter left to it),
+every handle of the set is closed and the open tried once more; if that fails too, a
+:class:`~datareel.errors.StorageError` names the file, the cap, the limit and the fix.  Each process
 (a DataLoader worker after fork) has its own set; handles inherited from the parent are closed in
 the child, never used.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import threading
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import OptionError
+from ..errors import OptionError, StorageError
 from .index_files import read_index
 
 
@@ -56,21 +60,44 @@ def open_handle(path: str, check: Callable[[int, np.ndarray], None] | None = Non
     return Handle(fd, index)
 
 
+ENV_MAX_OPEN = "DATAREEL_MAX_OPEN_SHARDS"
+#: An open that fails with one of these found no free descriptor (the process's, or the system's, table is full).
+NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE})
+
+
 def max_open() -> int:
     """Shards one process keeps open at a time: ``DATAREEL_MAX_OPEN_SHARDS``, by default a quarter of the
-    process's descriptor limit (``ulimit -n``), at least 16 and at most 1,024: 64 under ``ulimit -n 256``,
-    256 under the common 1,024. A shard opened again after eviction costs a few system calls per read,
-    so the set should hold the shards a shuffle touches where the limit allows."""
-    value = os.environ.get("DATAREEL_MAX_OPEN_SHARDS")
+    process's soft descriptor limit (``ulimit -n``, RLIMIT_NOFILE) and at most 1,024: 64 under ``ulimit -n 256``,
+    256 under the common 1,024, 4 under 16 (at least 1). Each holds 1 descriptor (2 where its index is mapped),
+    so half the limit or more is left to the rest of the process (torch, sockets, the pipes of DataLoader
+    workers). A shard opened again after eviction costs a few system calls per read, so the set should hold
+    the shards a shuffle touches where the limit allows."""
+    value = os.environ.get(ENV_MAX_OPEN)
     if value is None:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        return 1024 if soft == resource.RLIM_INFINITY else max(16, min(1024, soft // 4))
+        return 1024 if soft == resource.RLIM_INFINITY else max(1, min(1024, soft // 4))
     if not value.isdigit() or not 1 <= int(value) <= 65536:
         raise OptionError(
-            f"DATAREEL_MAX_OPEN_SHARDS={value!r} must be a whole number from 1 to 65536 (shards each reading "
+            f"{ENV_MAX_OPEN}={value!r} must be a whole number from 1 to 65536 (shards each reading "
             f"process keeps open; each holds 1 descriptor, 2 where its index is mapped)"
         )
     return int(value)
+
+
+def no_descriptor(path: str, exc: OSError, capacity: int) -> StorageError:
+    """The error for a file that could not be opened for want of a descriptor, even with every shard handle
+    of the process closed: names the file, the cap, the soft and hard limits, and the fixes."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limits = f"{soft}" + ("" if hard == soft else f" (hard limit {'unlimited' if hard < 0 else hard})")
+    cap = f"{ENV_MAX_OPEN}={os.environ[ENV_MAX_OPEN]}" if ENV_MAX_OPEN in os.environ else "its default"
+    table = "the system's open-file table is full (ENFILE)" if exc.errno == errno.ENFILE else "no descriptor is free"
+    return StorageError(
+        f"cannot open {path}: {table} ([Errno {exc.errno}] {exc.strerror}), even with every shard this process "
+        f"held open closed; the process may hold {limits} open files (`ulimit -n`, RLIMIT_NOFILE) and keeps up to "
+        f"{capacity} shards open ({cap}). Raise the limit (`ulimit -n 65536` in the shell that starts training, "
+        f"or resource.setrlimit(RLIMIT_NOFILE) up to the hard limit), lower num_workers, or set a smaller "
+        f"{ENV_MAX_OPEN}; something else in the process may also be holding descriptors"
+    )
 
 
 class OpenShards:
@@ -92,7 +119,19 @@ class OpenShards:
                 return handle
             while len(self._open) >= self.capacity:
                 self._open.popitem(last=False)[1].close()
-            handle = self._open[path] = opener()
+            try:
+                handle = opener()
+            except OSError as exc:
+                if exc.errno not in NO_DESCRIPTOR:
+                    raise
+                self.close_all()  # the table is full (our handles count too): free ours, try once more
+                try:
+                    handle = opener()
+                except OSError as again:
+                    if again.errno not in NO_DESCRIPTOR:
+                        raise
+                    raise no_descriptor(path, again, self.capacity) from again
+            self._open[path] = handle
             self.opened += 1
             return handle
 

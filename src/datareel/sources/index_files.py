@@ -17,6 +17,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import DatasetError
+from ..storage import NotFound
 from ..storage.path import RemotePath
 
 DTYPE = np.dtype("<u8")
@@ -38,7 +39,7 @@ def read_index(path: Path | RemotePath | str) -> np.ndarray:
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        raise DatasetError(f"index file {path} is missing; run `datareel prepare` on the dataset to write it") from None
+        raise NotFound(f"index file {path} is missing; run `datareel prepare` on the dataset to write it") from None
     try:
         size = os.fstat(fd).st_size
         _check_size(size, path)

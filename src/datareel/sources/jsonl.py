@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import DatasetChangedError, DatasetError
 from ..storage.path import RemotePath, as_path
 from ..storage.remote import read_prefetched, remote_files
 from . import energon_meta as meta
@@ -89,6 +89,11 @@ class JsonlSource(Source):
         else:
             blob = handles().pread(str(self.path), self._open_file, stop - start, start)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
+        if len(blob) != stop - start:  # the file no longer matches its index (checked when it was opened)
+            raise DatasetChangedError(
+                f"{where}: read {len(blob)} bytes; the file was truncated after it was indexed: re-run "
+                f"`datareel prepare {self.path}`"
+            )
         return Sample(
             __key__=str(index), json=parse_json(blob, where, start, f"re-index with `datareel prepare {self.path}`")
         )

@@ -135,7 +135,7 @@ class WebDatasetSource(Source):
                 lambda fd, idx: self._checked(s, os.fstat(fd).st_size, idx, lambda end: os.pread(fd, BLOCK, end)),
             )
         except FileNotFoundError:
-            raise DatasetError(f"shard {self._paths[s]} is missing (listed in {meta.META}/.info.json)") from None
+            raise NotFound(f"shard {self._paths[s]} is missing (listed in {meta.META}/.info.json)") from None
 
     def _kept_indices(self) -> np.ndarray:
         """Split indices that survive sample excludes. -> int64[N_kept] (built once at open)."""
@@ -233,14 +233,14 @@ class WebDatasetSource(Source):
             url = self._paths[s]
             try:
                 return read_prefetched(self._fetched, url, start, stop)
-            except DatasetError as exc:
+            except DatasetError as exc:  # the same kind of error (a store's failure stays one), with the sample
                 local = int(np.searchsorted(self._index(s), start, side="right")) - 1
-                raise DatasetError(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
+                raise type(exc)(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
         blob = handles().pread(self._paths[s], lambda: self._open_shard(s), stop - start, start)
-        if len(blob) != stop - start:
-            raise DatasetError(
+        if len(blob) != stop - start:  # as a shard found truncated when opened: the dataset changed
+            raise DatasetChangedError(
                 f"shard {self._paths[s]}: read {len(blob)} of {stop - start} bytes at {start}; "
-                f"the shard was truncated after it was opened"
+                f"the shard was truncated after it was opened; re-run `datareel prepare`"
             )
         return blob
 
