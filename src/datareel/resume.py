@@ -20,7 +20,7 @@ from .errors import DatareelError, TopologyError
 from .plan.layout import Layout
 from .plan.schedule import BatchSchedule
 from .reel.cursor import Cursor
-from .state import read_state
+from .state import check_state, read_state
 
 if TYPE_CHECKING:
     from .loader import Loader
@@ -40,7 +40,11 @@ def saved_schedule(state: Any) -> BatchSchedule | None:
 
 
 def restore_layout(loader: Loader, state: Any, allow_batch_size_change: bool) -> tuple[Layout, Cursor]:
-    """The layout and cursor ``loader`` continues with after restoring ``state`` (see the module doc)."""
+    """The layout and cursor ``loader`` continues with after restoring ``state`` (see the module doc).
+
+    The state's size, types and check are verified first (:func:`~datareel.state.check_state`): nothing
+    in it is resolved before."""
+    check_state(state)
     layout, saved = loader.layout, saved_schedule(state)
     if saved is not None and saved.rule == layout.schedule.rule:  # the same rule: keep the saved anchor
         layout = layout.with_schedule(saved)

@@ -15,6 +15,10 @@ multiplication each, for any ``b`` (no loop over batches).  Three rules are decl
   ``--rampup-batch-size START INCREMENT SAMPLES`` with ``--global-batch-size FINAL``;
 - a piecewise list ``[(from_global_batch, G), ...]`` (the first from batch 0).
 
+A schedule resolves into at most :data:`MAX_SCHEDULE_PIECES` (10,000) pieces: a ramp-up of more
+increments, or a longer piecewise list, is refused before anything is resolved (a state naming one is
+refused as damaged), so reading any schedule is bounded.
+
 A schedule may also be *anchored* at ``(batch, position)``: it then describes only the
 batches from that global batch on, the first starting at that position.  A restart that
 changes the batch size on purpose anchors the new rule where the old one stopped
@@ -31,6 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DatareelError, OptionError, check_int
+
+MAX_SCHEDULE_PIECES = 10_000
+"""The most pieces (runs of one global batch size) a schedule may resolve into: a :class:`RampUp` has one
+per size it reaches (``increments + 1``), a piecewise list one per entry."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,13 @@ class RampUp:
                 f"not a multiple of increment={increment} (Megatron requires it); choose an increment that "
                 f"divides {final - start}"
             )
+        if self.increments + 1 > MAX_SCHEDULE_PIECES:
+            raise OptionError(
+                f"RampUp(start={start}, increment={increment}, final={final}) has {self.increments + 1:,} global "
+                f"batch sizes; datareel resolves a schedule into at most {MAX_SCHEDULE_PIECES:,} (each size is a "
+                f"piece of the schedule): choose an increment of at least "
+                f"{-(-(final - start) // (MAX_SCHEDULE_PIECES - 1)):,}"
+            )
 
     @property
     def increments(self) -> int:
@@ -83,15 +98,32 @@ class RampUp:
         return self.start + int(consumed / per_increment) * self.increment
 
     def next_change(self, consumed: int) -> int:
-        """The first ``c > consumed`` where :meth:`size_after` grows (``size_after(consumed) < final``)."""
+        """The first ``c > consumed`` where :meth:`size_after` grows (``size_after(consumed) < final``).
+
+        ``int(c / r)`` is monotone in ``c``, so the change point is found by galloping from the float
+        estimate and bisecting: O(log) evaluations however far the estimate is (near ``2^62`` samples a
+        float is off by hundreds)."""
         level = (self.size_after(consumed) - self.start) // self.increment
         per_increment = self.ramp_samples / self.increments
-        c = max(consumed + 1, math.ceil((level + 1) * per_increment))  # float estimate: step to the exact one
-        while c - 1 > consumed and int((c - 1) / per_increment) > level:
-            c -= 1
-        while c <= self.ramp_samples and int(c / per_increment) <= level:
-            c += 1
-        return min(c, self.ramp_samples + 1)
+        end = self.ramp_samples + 1  # no change within the ramp: the final size from there on
+
+        def grown(c: int) -> bool:
+            return c >= end or int(c / per_increment) > level
+
+        guess = min(max(consumed + 1, math.ceil((level + 1) * per_increment)), end)
+        step = 1
+        if grown(guess):  # the change is at guess or before it, after consumed
+            while guess - step > consumed and grown(guess - step):
+                step *= 2
+            low, high = max(consumed, guess - step), guess
+        else:  # after guess
+            while not grown(guess + step):
+                step *= 2
+            low, high = guess, min(guess + step, end)
+        while high - low > 1:  # grown(high), not grown(low) (or low == consumed)
+            middle = (low + high) // 2
+            low, high = (low, middle) if grown(middle) else (middle, high)
+        return high
 
 
 Rule = int | RampUp | tuple[tuple[int, int], ...]
@@ -113,6 +145,11 @@ def canonical_rule(value: Any) -> Rule:
 def _pieces_rule(value: Any) -> Rule:
     if not value:
         raise OptionError("global_batch_size=[] is empty; give [(0, G), (from_global_batch, G), ...]")
+    if len(value) > MAX_SCHEDULE_PIECES:
+        raise OptionError(
+            f"global_batch_size: a list of {len(value):,} pieces; datareel resolves a schedule into at most "
+            f"{MAX_SCHEDULE_PIECES:,} pieces: merge pieces, or use a RampUp"
+        )
     out: list[tuple[int, int]] = []
     for item in value:
         if not (isinstance(item, (list, tuple)) and len(item) == 2):
@@ -239,17 +276,7 @@ class BatchSchedule:
     @classmethod
     def from_spec(cls, spec: Any) -> BatchSchedule:
         """Read a state's ``global_batch_size``; :class:`DatareelError` if it is damaged."""
-        try:
-            anchor: tuple[int, int] = (0, 0)
-            if isinstance(spec, dict) and set(spec) == {"from", "rule"}:
-                b, p = spec["from"]
-                anchor = (check_int(b, "from batch"), check_int(p, "from position"))
-                spec = spec["rule"]
-            return cls(rule_from_json(spec), anchor)
-        except (OptionError, TypeError, ValueError) as exc:
-            raise DatareelError(
-                f"state global_batch_size={spec!r} cannot be read ({exc}); the state is damaged"
-            ) from None
+        return cls(*parse_spec(spec))
 
     def describe(self) -> str:
         """The rule in words, for messages."""
@@ -268,12 +295,47 @@ class BatchSchedule:
         )
 
 
+def parse_spec(spec: Any) -> tuple[Rule, tuple[int, int]]:
+    """A state's ``global_batch_size`` as ``(rule, anchor)``, checked but not resolved (so bounded: a rule
+    has at most :data:`MAX_SCHEDULE_PIECES` pieces); :class:`DatareelError` naming it if it is damaged."""
+    try:
+        anchor: tuple[int, int] = (0, 0)
+        rule = spec
+        if isinstance(spec, dict) and set(spec) == {"from", "rule"}:
+            if not (isinstance(spec["from"], list | tuple) and len(spec["from"]) == 2):
+                raise OptionError(f"'from' must be [global batch, position], got {brief(spec['from'])}")
+            b, p = spec["from"]
+            anchor = (check_int(b, "from batch"), check_int(p, "from position"))
+            rule = spec["rule"]
+        return rule_from_json(rule), anchor
+    except (OptionError, TypeError, ValueError) as exc:
+        raise DatareelError(
+            f"state global_batch_size={brief(spec)} cannot be read ({str(exc)[:300]}); the state is damaged"
+        ) from None
+
+
+def brief(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to about ``limit`` characters (and a few levels; an integer of more than 256 bits
+    by its size): for messages quoting a value from a file, which may be huge or nested without bound."""
+    import reprlib
+
+    class Brief(reprlib.Repr):
+        def repr_int(self, x: int, level: int) -> str:
+            return repr(x) if x.bit_length() <= 256 else f"<an integer of {x.bit_length():,} bits>"
+
+    short = Brief()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 5, 8, 8, 8
+    short.maxstring, short.maxlong, short.maxother = limit, 40, limit
+    text = short.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _resolve(rule: Rule, b: int, position: int) -> Iterator[tuple[int, int, int]]:
     """-> ``(first batch, first position, size)`` per piece, from global batch ``b`` at ``position`` on."""
     if isinstance(rule, int):
         yield b, position, rule
     elif isinstance(rule, RampUp):
-        while True:  # one round per size the ramp reaches: O(increments)
+        while True:  # one round per size the ramp reaches: at most increments + 1
             size = rule.size_after(position)
             yield b, position, size
             if size == rule.final:
