@@ -63,7 +63,9 @@ class Layout:
         if G % (m * W):
             what = "global_batch_size" if schedule.constant is not None else "the final global_batch_size"
             raise TopologyError(
-                f"{what}={G} is not divisible by micro_batch_size={m} × world_size={W} (= {m * W})" + _suggest(G, W)
+                f"{what}={G} is not divisible by micro_batch_size={m} × world_size={W} (= {m * W})"
+                + _suggest(G, W)
+                + _world_sizes(G, m)
             )
 
     def with_schedule(self, schedule: BatchSchedule) -> Layout:
@@ -107,8 +109,9 @@ class Layout:
                 f"batch {b} (global_batch_size={G}), and micro_batch_size="
                 f"{self.micro_batch_size} × world_size={self.world_size} = {S} does not "
                 f"divide {offset}, so the rest of that global batch cannot be split into whole "
-                f"micro-steps; resume with micro_batch_size × world_size in {fits}, or save "
-                f"checkpoints at global-batch boundaries"
+                f"micro-steps; resume with micro_batch_size × world_size in {fits}"
+                + _world_sizes(common, self.micro_batch_size, " here")
+                + "; or save checkpoints at global-batch boundaries"
             )
         self.check_sizes(b)
 
@@ -127,7 +130,8 @@ class Layout:
                     f"not divide; every global batch from {b} on must be a whole number of micro-steps. Choose "
                     f"micro_batch_size × world_size dividing {common} (the sizes' greatest common divisor)"
                     + _suggest(common, self.world_size)
-                    + ", or a schedule whose sizes are multiples of it"
+                    + _world_sizes(common, self.micro_batch_size, " here")
+                    + "; or a schedule whose sizes are multiples of it"
                 )
 
     def rank_span(self, step: int, rank: int, length: int | None = None, origin: int = 0) -> tuple[int, int]:
@@ -184,6 +188,16 @@ def _suggest(G: int, W: int) -> str:
     ok = [m for m in range(1, min(per_rank, SUGGEST_UP_TO) + 1) if per_rank % m == 0]  # bounded: G may be huge
     more = ", ..." if per_rank > SUGGEST_UP_TO else ""
     return f"; micro_batch_size values that work with world_size={W}: {', '.join(map(str, ok))}{more}"
+
+
+def _world_sizes(n: int, m: int, here: str = "") -> str:
+    """The world sizes ``W`` with ``m W`` dividing ``n`` (those up to :data:`SUGGEST_UP_TO`), as a clause."""
+    if n % m:
+        return f"; no world_size works with micro_batch_size={m}{here} ({m} does not divide {n})"
+    per_step = n // m
+    ok = [w for w in range(1, min(per_step, SUGGEST_UP_TO) + 1) if per_step % w == 0]  # bounded: n may be huge
+    more = ", ..." if per_step > SUGGEST_UP_TO else ""
+    return f"; world_size values that work with micro_batch_size={m}{here}: {', '.join(map(str, ok))}{more}"
 
 
 SUGGEST_UP_TO = 4096
