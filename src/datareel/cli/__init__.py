@@ -111,9 +111,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="restore as load_state_dict(state, allow_batch_size_change=True) does (with --global-batch-size)",
     )
-    verify.add_argument(
-        "--task-encoder", default=None, help="module:Class of the job's encoder (default: the one the state names)"
-    )
     verify.add_argument("--no-repeat", action="store_true", help="the job's loader had repeat=False")
     verify.add_argument("--json", action="store_true", help="print JSON instead of text")
     preview = commands.add_parser(
@@ -199,7 +196,16 @@ def _state_file_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("state", help="a JSON file, a torch.save file holding the state, or a DCP directory")
     command.add_argument("--key", default=None, help="dotted key of the state in the file, e.g. loader or extra.0")
     command.add_argument(
-        "--trusted", action="store_true", help="unpickle a torch.save file fully (runs its code): trusted files only"
+        "--trusted",
+        action="store_true",
+        help="trust the file (both run its code): unpickle it fully (a torch.save file, a DCP .metadata), and "
+        "import the task encoder or length function its state names. Trusted files only",
+    )
+    command.add_argument(
+        "--task-encoder",
+        default=None,
+        metavar="MODULE:CLASS",
+        help="the job's encoder, for a state of a windowed stage (imported; the state's own only with --trusted)",
     )
 
 
@@ -332,19 +338,15 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         dataset = _dataset(parser, args, required=False)
         if dataset is not None:
             from ..blend import open_dataset
-            from .verify import verify_state
+            from .inspect_state import sources_at_cursor
 
-            verdict = verify_state(  # one rank reading the rest of the global batch at once: always fits
+            described["per_source"] = sources_at_cursor(
                 state,
                 open_dataset(dataset, split=args.split, name=args.name),
-                world_size=1,
-                micro_batch_size=described["resume"]["step_must_divide"],
-                show=1,
+                shown=dataset,
+                trusted=args.trusted,
+                task_encoder=args.task_encoder,
             )
-            if not verdict["ok"]:
-                error = verdict["error"]
-                raise DatareelError(f"the state does not belong to {dataset}: {error['type']}: {error['message']}")
-            described["per_source"] = {k: verdict[k] for k in ("inputs_read", "inputs_before_window", "sources")}
         say(json.dumps(described, indent=2) if args.json else format_description(described))
         return 1 if described["check"].startswith("MISMATCH") else 0  # a state that was edited or spliced
     if args.command == "verify":
@@ -367,6 +369,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             show=args.show,
             repeat=not args.no_repeat,
             task_encoder=args.task_encoder,
+            trusted=args.trusted,
             seed=args.seed,
             global_batch_size=args.global_batch_size,
             allow_batch_size_change=args.allow_batch_size_change,

@@ -2,8 +2,11 @@
 
 A state is found in a JSON file (``loader.state_dict()`` dumped), a ``torch.save`` file holding it
 anywhere in nested dicts and lists (``--key`` names it when there are several), or a
-``torch.distributed.checkpoint`` directory. Files are read with ``torch.load(weights_only=True)``:
-never an arbitrary unpickle.
+``torch.distributed.checkpoint`` directory. Files are read with ``torch.load(weights_only=True)``, and a
+DCP directory's ``.metadata`` with an unpickler that admits only torch's DCP metadata classes
+(:data:`DCP_METADATA_GLOBALS`): never an arbitrary unpickle, unless ``trusted`` (``--trusted``).  The
+state found is checked (:func:`datareel.state.check_state`: size, depth, keys, types) before anything
+in it is used, and what is listed from it is bounded (sizes up to :data:`LISTED_UP_TO`).
 
 Which topologies resume it: ``(world_size W, micro_batch_size m)`` such that ``m·W`` divides the
 global batch size ``G`` (every topology must) and the offset of the cursor into its global batch
@@ -14,17 +17,24 @@ global batch size ``G`` (every topology must) and the offset of the cursor into 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import DatareelError
 from ..plan.schedule import BatchSchedule
-from ..state import FORMAT, VERSION, _looks_like_energon, state_check
+from ..state import FORMAT, _looks_like_energon, check_state, state_check
 
 PAIRS_SHOWN = 12
-"""World sizes listed in the text output (all are in ``--json``)."""
+"""World sizes listed in the text output (all listed are in ``--json``)."""
+LISTED_UP_TO = 4096
+"""World and micro-batch sizes listed go up to this (a state's global batch size may be huge)."""
+MAX_PAIRS = 10_000
+"""At most this many ``(world_size, micro_batch_size)`` pairs are listed."""
+MAX_JSON_BYTES = 256 << 20
+"""A JSON file larger than this is not read (a loader state is a few hundred bytes)."""
+SEARCH_DEPTH = 64
+"""Containers of a checkpoint searched for a state go this deep (a state nests a few levels)."""
 
 
 def load_state_file(
@@ -52,6 +62,11 @@ def load_state_file(
             f"{path} holds no datareel loader state (a dict with format={FORMAT!r}); top-level keys: {keys}. "
             f"Save loader.state_dict(), or a dict holding it"
         )
+    for where, state in found:  # bounded and well typed before anything compares or reads it
+        try:
+            check_state(state, binding=False)
+        except DatareelError as exc:
+            raise DatareelError(f"{path}{f' (at {where})' if where else ''}: {exc}") from None
     if len(found) > 1 and all(state == found[0][1] for _, state in found):
         return found[0][1], found[0][0]  # copies of one state (Energon's facade saves one per rank)
     if len(found) > 1:
@@ -69,33 +84,152 @@ def _read(path: Path, trusted: bool = False) -> Any:
                 f"{path} is a directory without .metadata: not a torch.distributed.checkpoint directory; give a "
                 f"DCP checkpoint directory, a JSON file or a torch.save file"
             )
-        return _read_dcp(path)
+        return _read_dcp(path, trusted)
     with open(path, "rb") as f:
         head = f.read(64).lstrip()
     if head.startswith((b"{", b"[")):
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise DatareelError(
+                f"{path} is {size:,} bytes of JSON; a loader state is a few hundred bytes (at most "
+                f"{MAX_JSON_BYTES:,} are read): save loader.state_dict() alone"
+            )
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             raise DatareelError(f"{path} starts like JSON but is not JSON: {exc}") from None
+        except RecursionError:
+            raise DatareelError(
+                f"{path} is JSON nested too deep to read; a loader state nests a few levels: the file is damaged "
+                f"or not a loader state"
+            ) from None
     return _torch_load(path, path, trusted)
 
 
 UNREADABLE = "<not read: not plain data (weights_only)>"
 """What a DCP entry that is not plain data (a pickled object) is replaced with: never unpickled."""
 
+DCP_METADATA_GLOBALS: dict[str, frozenset[str]] = {
+    "torch.distributed.checkpoint.metadata": frozenset(
+        {
+            "Metadata",
+            "StorageMeta",
+            "MetadataIndex",
+            "TensorStorageMetadata",
+            "BytesStorageMetadata",
+            "ChunkStorageMetadata",
+            "TensorProperties",
+            "_MEM_FORMAT_ENCODING",
+        }
+    ),
+    "torch.distributed.checkpoint.filesystem": frozenset({"_StorageInfo"}),
+    "torch": frozenset({"Size"}),  # and every torch dtype (torch.float32, ...)
+    "torch.serialization": frozenset({"_get_layout"}),  # a layout by name (torch.strided)
+    "pathlib": frozenset({"Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"}),
+    "builtins": frozenset({"set", "frozenset"}),
+    "collections": frozenset({"OrderedDict"}),
+}
+"""The globals a DCP ``.metadata`` may name (derived by unpickling real checkpoints written by torch 2.13:
+a model's and an optimizer's state dicts, tensors of every dtype, scalars, nested plain entries and a
+datareel loader). Classes are built with their own constructors and ``__setstate__``; nothing else runs."""
 
-def _read_dcp(path: Path) -> Any:
+MAX_LIST_INDEX = 1 << 20
+"""The largest list index a DCP entry's path may hold (each index below it is allocated when rebuilt)."""
+
+
+def _read_dcp_metadata(path: Path) -> Any:
+    """``path/.metadata`` unpickled with :data:`DCP_METADATA_GLOBALS` only, then checked: every entry a
+    tensor's or plain data's, every path a few keys and small list indices, every file one of the
+    directory's own."""
+    import pickle
+
+    import torch
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
+
+    shown = path / ".metadata"
+
+    class MetadataUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if name in DCP_METADATA_GLOBALS.get(module, ()):
+                return super().find_class(module, name)
+            if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+                return getattr(torch, name)
+            raise pickle.UnpicklingError(f"{module}.{name}")
+
+    try:
+        with open(shown, "rb") as f:
+            metadata = MetadataUnpickler(f).load()
+    except pickle.UnpicklingError as exc:
+        raise DatareelError(
+            f"{shown} names {exc}, which is not one of torch's DCP metadata classes, and datareel does not unpickle "
+            f"other objects (unpickling runs code from the file). For a checkpoint you trust, pass --trusted"
+        ) from None
+    except Exception as exc:  # a damaged pickle: any error of the unpickler or of a class rebuilt
+        raise DatareelError(f"{shown} cannot be read as DCP metadata: {type(exc).__name__}: {exc}") from None
+
+    def damaged(what: str) -> DatareelError:
+        return DatareelError(f"{shown}: {what}; the DCP checkpoint is damaged (or crafted)")
+
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.state_dict_metadata, dict):
+        raise damaged(f"it holds a {type(metadata).__name__}, not torch's DCP Metadata")
+    for key, entry in metadata.state_dict_metadata.items():
+        if not isinstance(key, str) or not isinstance(entry, TensorStorageMetadata | BytesStorageMetadata):
+            raise damaged(f"entry {key!r} is a {type(entry).__name__}, not a tensor's or plain data's metadata")
+    planner_data = metadata.planner_data
+    if planner_data is not None:
+        if not isinstance(planner_data, dict):
+            raise damaged(f"planner_data is a {type(planner_data).__name__}, not a dict")
+        for key, where in planner_data.items():
+            if not (
+                isinstance(where, tuple | list)
+                and 0 < len(where) <= SEARCH_DEPTH
+                and all(type(part) is str or (type(part) is int and 0 <= part <= MAX_LIST_INDEX) for part in where)
+            ):
+                raise damaged(f"entry {key!r} has the path {str(where)[:200]} (keys and list indices up to 2^20)")
+    storage = metadata.storage_data
+    if not isinstance(storage, dict):
+        raise damaged(f"storage_data is a {type(storage).__name__}, not a dict")
+    for info in storage.values():
+        file = getattr(info, "relative_path", None)
+        offset, length = getattr(info, "offset", None), getattr(info, "length", None)
+        if not (isinstance(file, str) and file not in ("", ".", "..") and "/" not in file and "\\" not in file):
+            raise damaged(f"an entry lies in {file!r}, not in a file of the checkpoint's directory")
+        if not all(type(v) is int and v >= 0 for v in (offset, length)):
+            raise damaged(f"an entry of {file!r} has offset {offset!r} and length {length!r}")
+    return metadata
+
+
+def _read_dcp(path: Path, trusted: bool = False) -> Any:
     """The non-tensor entries of a DCP checkpoint, nested as saved, each loaded ``weights_only`` (an entry
-    that is not plain data becomes :data:`UNREADABLE`); tensors are neither read nor allocated."""
+    that is not plain data becomes :data:`UNREADABLE`); tensors are neither read nor allocated. The
+    ``.metadata`` is read by :func:`_read_dcp_metadata` (by torch's own unpickler if ``trusted``)."""
     import torch
     from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, StorageMeta
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    checked = None if trusted else _read_dcp_metadata(path)
+
+    class CheckedReader(FileSystemReader):  # type: ignore[misc]
+        """torch's reader, with the metadata already read (and checked) by datareel."""
+
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            if checked is None:
+                return super().read_metadata(*args, **kwargs)
+            if getattr(checked, "storage_meta", None) is None:
+                checked.storage_meta = StorageMeta()
+            checked.storage_meta.load_id = self.load_id
+            return checked
 
     class PlainEntries(_EmptyStateDictLoadPlanner):  # type: ignore[misc]
         """torch's own planner for state dicts rebuilt from metadata, but DCP's non-tensor entries are
-        unpickled with ``weights_only=False`` there (code from the file): here they are not."""
+        unpickled with ``weights_only=False`` there (code from the file): here they are not. Only the
+        plain entries named are rebuilt (torch's also takes entries under a prefix of a name: tensors)."""
+
+        def _should_include_key(self, key: str, metadata: Any) -> bool:
+            return key in self.keys
 
         def load_bytes(self, read_item: Any, value: Any) -> None:
             try:
@@ -107,12 +241,12 @@ def _read_dcp(path: Path) -> Any:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
 
     try:
-        reader = FileSystemReader(path)
+        reader = CheckedReader(path)
         metadata = reader.read_metadata()
         plain = [k for k, v in metadata.state_dict_metadata.items() if isinstance(v, BytesStorageMetadata)]
         content: dict[str, Any] = {}
         _load_state_dict(content, storage_reader=reader, planner=PlainEntries(keys=set(plain)), no_dist=True)
-    except Exception as exc:
+    except (Exception, CheckpointException) as exc:  # torch's CheckpointException is a BaseException
         raise DatareelError(f"{path}: the DCP checkpoint cannot be read: {type(exc).__name__}: {exc}") from None
     return content
 
@@ -138,23 +272,38 @@ def _torch_load(path: Path, shown: Path, trusted: bool = False) -> Any:
 
 
 def _find(content: Any, prefix: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every datareel state in nested dicts and lists, with its dotted key."""
-    if isinstance(content, dict):
-        if content.get("format") == FORMAT:
-            return [(prefix, content)]
-        items = content.items()
-    elif isinstance(content, (list, tuple)):
-        items = enumerate(content)
-    else:
-        return []
-    return [hit for k, v in items for hit in _find(v, f"{prefix}.{k}" if prefix else str(k))]
+    """Every datareel state in nested dicts and lists (down to :data:`SEARCH_DEPTH`), with its dotted key,
+    in the order saved; iterative (a checkpoint may nest without bound)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    stack: list[tuple[Any, str, int]] = [(content, prefix, 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, dict) and node.get("format") == FORMAT:
+            found.append((where, node))
+            continue
+        if depth >= SEARCH_DEPTH:
+            continue
+        if isinstance(node, dict):
+            items: Any = node.items()
+        elif isinstance(node, list | tuple):
+            items = enumerate(node)
+        else:
+            continue
+        children = [(v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in items]
+        stack.extend(reversed(children))
+    return found
 
 
 def _looks_like_energon_somewhere(content: Any) -> bool:
-    if _looks_like_energon(content):
-        return True
-    values = content.values() if isinstance(content, dict) else content if isinstance(content, (list, tuple)) else []
-    return any(_looks_like_energon_somewhere(v) for v in values)
+    stack: list[tuple[Any, int]] = [(content, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if _looks_like_energon(node):
+            return True
+        if depth < SEARCH_DEPTH:
+            values = node.values() if isinstance(node, dict) else node if isinstance(node, list | tuple) else []
+            stack.extend((v, depth + 1) for v in values)
+    return False
 
 
 def _at(content: Any, key: str, path: Path) -> dict[str, Any]:
@@ -173,17 +322,11 @@ def _at(content: Any, key: str, path: Path) -> dict[str, Any]:
 
 
 def describe_state(state: dict[str, Any]) -> dict[str, Any]:
-    """What ``state`` says, as plain data (``--json``)."""
-    if state.get("version") != VERSION:
-        raise DatareelError(
-            f"state version {state.get('version')!r}: this datareel reads version {VERSION}; inspect it with the "
-            f"datareel release that wrote it"
-        )
-    spec = state.get("spec")
-    cursor = state.get("cursor")
-    if not isinstance(spec, dict) or not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 0:
-        raise DatareelError(f"the state is damaged: cursor={cursor!r} and spec must be an int >= 0 and a dict")
-    schedule = BatchSchedule.from_spec(spec.get("global_batch_size"))  # DatareelError naming it if damaged
+    """What ``state`` says, as plain data (``--json``); :class:`DatareelError` naming the field of a state
+    that is not well formed (its ``check`` is reported, not required)."""
+    check_state(state, binding=False)  # bounded, and every field read below of its type
+    spec, cursor = state["spec"], state["cursor"]
+    schedule = BatchSchedule.from_spec(spec["global_batch_size"])  # at most MAX_SCHEDULE_PIECES pieces
     b = schedule.batch_at(cursor)
     G, offset = schedule.size(b), cursor - schedule.start(b)
     try:
@@ -198,8 +341,7 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
     stage = spec.get("stage") if isinstance(spec.get("stage"), dict) else None
     packed = "packing" in spec or stage is not None  # the cursor counts packs (or a windowed stage's outputs)
     fits = schedule.common_divisor(b, offset)  # m·W must divide this
-    divisors = _divisors(fits)
-    pairs = [[w, m] for w in divisors for m in divisors if fits % (w * m) == 0]
+    pairs = _fitting_pairs(fits)
     dataset = spec.get("dataset") if isinstance(spec.get("dataset"), dict) else {}
     out: dict[str, Any] = {
         "format": state.get("format"),
@@ -218,7 +360,11 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
         "sources": dataset.get("sources"),
         "packing": spec.get("packing"),
         "stage": stage,
-        "resume": {"step_must_divide": fits, "pairs": pairs},
+        "resume": {
+            "step_must_divide": fits,
+            "pairs": pairs,
+            "all_listed": fits <= LISTED_UP_TO and len(pairs) < MAX_PAIRS,
+        },
     }
     size = dataset.get("size")
     if not packed and not dataset.get("sources") and isinstance(size, int) and size > 0:
@@ -226,10 +372,20 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _divisors(n: int) -> list[int]:
-    """Divisors of ``n`` >= 1, ascending (trial division to sqrt(n))."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
+def _fitting_pairs(fits: int) -> list[list[int]]:
+    """``[world_size, micro_batch_size]`` with ``m·W`` dividing ``fits``, each up to :data:`LISTED_UP_TO`, at
+    most :data:`MAX_PAIRS` of them (by world size, then micro-batch size): bounded for any ``fits``."""
+    import numpy as np
+
+    sizes = np.arange(1, min(fits, LISTED_UP_TO) + 1, dtype=np.int64)
+    sizes = sizes[fits % sizes == 0]  # the divisors of fits up to LISTED_UP_TO
+    pairs: list[list[int]] = []
+    for w in sizes.tolist():
+        ms = sizes[(fits // w) % sizes == 0]
+        pairs += [[w, m] for m in ms[: MAX_PAIRS - len(pairs)].tolist()]
+        if len(pairs) >= MAX_PAIRS:
+            break
+    return pairs
 
 
 def format_description(d: dict[str, Any]) -> str:
@@ -261,7 +417,8 @@ def format_description(d: dict[str, Any]) -> str:
 
         lines += format_sources(d["per_source"])
     fits = d["resume"]["step_must_divide"]
-    lines.append(f"resumes on  micro_batch_size × world_size dividing {fits:,}:")
+    some = "" if d["resume"].get("all_listed", True) else f" (sizes up to {LISTED_UP_TO:,} listed)"
+    lines.append(f"resumes on  micro_batch_size × world_size dividing {fits:,}{some}:")
     by_world: dict[int, list[int]] = {}
     for w, m in d["resume"]["pairs"]:
         by_world.setdefault(w, []).append(m)
@@ -271,3 +428,23 @@ def format_description(d: dict[str, Any]) -> str:
             break
         lines.append(f"            world_size {w:>5}: micro_batch_size {', '.join(map(str, ms))}")
     return "\n".join(lines)
+
+
+def sources_at_cursor(
+    state: dict[str, Any], dataset: Any, *, shown: str, trusted: bool = False, task_encoder: Any = None
+) -> dict[str, Any]:
+    """``inspect --dataset``: each source's samples read before the state's cursor. The state is restored
+    into a loader on ``dataset`` (one rank reading the rest of the global batch at once: always fits), as
+    ``verify`` does, and no key is listed; :class:`DatareelError` when it does not belong to ``dataset``
+    (``shown``: its name in the message). Nothing the state names is imported unless ``trusted``, or
+    ``task_encoder`` names the encoder (see :mod:`.verify`)."""
+    from .verify import verify_state
+
+    fits = describe_state(state)["resume"]["step_must_divide"]
+    verdict = verify_state(
+        state, dataset, world_size=1, micro_batch_size=fits, show=0, trusted=trusted, task_encoder=task_encoder
+    )
+    if not verdict["ok"]:
+        error = verdict["error"]
+        raise DatareelError(f"the state does not belong to {shown}: {error['type']}: {error['message']}")
+    return {k: verdict[k] for k in ("inputs_read", "inputs_before_window", "sources")}

@@ -5,7 +5,13 @@ records (seed, shuffle, global batch size, ``datareel.Packing`` with ``"index"``
 the length function it names, a windowed stage with the task encoder class it names), each overridable.
 Then the state is restored with ``Loader.load_state_dict`` itself, so the verdict is the job's: OK with the
 keys of the next global batches as each rank will read them, or the exact error the job would hit.
-Nothing is read but the keys of the samples shown (and, for a windowed stage, the windows it plans).
+Nothing is read but the keys of the samples shown (and, for a windowed stage, the windows it plans), and
+at most :data:`LISTED_KEYS` keys are listed (a state's global batch size may be huge).
+
+Nothing a state names is imported unless the caller says so: the task encoder is the one given
+(``task_encoder``, ``--task-encoder MODULE:CLASS``), and the encoder class or length function the state
+names is imported only with ``trusted=True`` (``--trusted``): importing runs the module's code, and a
+state is data from a file.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from ..plan.nodes import consumed
 from ..plan.schedule import BatchSchedule
 from ..reel.packing import Packing
 from ..reel.windowed import WindowedStage
+from ..state import check_state
+
+LISTED_KEYS = 100_000
+"""Keys listed by a verdict at most, over all ranks and global batches (then ``truncated``)."""
 
 BUILT_FROM_SPEC = ("seed", "shuffle", "global_batch_size", "packing", "stage")
 
@@ -49,8 +59,10 @@ def _import(qualified: str, what: str) -> Any:
     )
 
 
-def loader_options(spec: dict[str, Any], *, task_encoder: str | None = None) -> dict[str, Any]:
-    """``Loader`` keyword arguments rebuilt from a state's spec (``task_encoder``: overrides the class it names)."""
+def loader_options(spec: dict[str, Any], *, task_encoder: Any = None, trusted: bool = False) -> dict[str, Any]:
+    """``Loader`` keyword arguments rebuilt from a state's spec. ``task_encoder``: the job's encoder (an object,
+    or ``module:Class`` / ``module:factory`` to import); ``trusted``: import the encoder class or the length
+    function the state names (:class:`DatareelError` naming them and the consent otherwise)."""
     options: dict[str, Any] = {k: spec[k] for k in ("seed", "shuffle") if k in spec}
     if "global_batch_size" in spec:  # an int, or a schedule (with where a change anchored it)
         options["global_batch_size"] = BatchSchedule.from_spec(spec["global_batch_size"])
@@ -58,7 +70,15 @@ def loader_options(spec: dict[str, Any], *, task_encoder: str | None = None) -> 
     if isinstance(packing, dict):
         length = packing.get("length")
         if isinstance(length, dict):
-            length = _import(f"{length.get('module')}:{length.get('function')}", "the length function")
+            named = f"{length.get('module')}:{length.get('function')}"
+            if not trusted:
+                raise DatareelError(
+                    f"the state's packing lengths come from the function {named}; rebuilding the loader means "
+                    f"importing it, which runs code of module {length.get('module')!r}, and datareel imports "
+                    f"nothing a state names unless told to. For a state you trust, pass --trusted "
+                    f"(trusted=True); run from the job's directory"
+                )
+            length = _import(named, "the length function")
         options["packing"] = Packing(
             max_length=packing["max_length"], length=length, window=packing["window"],
             over_length=packing["over_length"],
@@ -66,14 +86,24 @@ def loader_options(spec: dict[str, Any], *, task_encoder: str | None = None) -> 
     stage = spec.get("stage")
     if isinstance(stage, dict):
         options["stage"] = WindowedStage(window=stage["window"], pack=stage["pack"], background=False)
-    named = task_encoder or (stage or {}).get("encoder")
-    if named:
-        cls = _import(named, "the task encoder")
+    named = (stage or {}).get("encoder")
+    if task_encoder is not None and not isinstance(task_encoder, str):
+        options["task_encoder"] = task_encoder  # the caller's own object
+    elif task_encoder is not None or named:
+        if task_encoder is None and not trusted:
+            raise DatareelError(
+                f"the state's windowed stage ran the task encoder {named}; rebuilding the loader means importing "
+                f"it, which runs code of its module, and datareel imports nothing a state names unless told to. "
+                f"Name the job's encoder with --task-encoder MODULE:CLASS (task_encoder=...), or pass --trusted "
+                f"(trusted=True) to import the one the state names; run from the job's directory"
+            )
+        qualified = task_encoder or named
+        cls = _import(qualified, "the task encoder")
         try:
             options["task_encoder"] = cls() if isinstance(cls, type) else cls
         except TypeError as exc:
             raise OptionError(
-                f"the task encoder {named} cannot be made without arguments ({exc}); give --task-encoder "
+                f"the task encoder {qualified} cannot be made without arguments ({exc}); give --task-encoder "
                 f"module:factory, a function returning the job's encoder"
             ) from None
     elif isinstance(packing, dict):
@@ -100,17 +130,23 @@ def verify_state(
     num_workers: int = 0,
     show: int = 2,
     repeat: bool = True,
-    task_encoder: str | None = None,
+    task_encoder: Any = None,
+    trusted: bool = False,
     allow_batch_size_change: bool = False,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """The verdict as plain data: ``ok``, and either ``next`` (``show`` global batches: per rank, the keys
-    of its samples, or of each pack's samples, in the order it reads them) or ``error`` (type, message,
-    and for a spec mismatch the differing ``fields``, saved and now).  ``allow_batch_size_change``
-    restores as the job would with ``load_state_dict(state, allow_batch_size_change=True)``."""
-    spec = state.get("spec") if isinstance(state, dict) else None
+    """The verdict as plain data: ``ok``, and either ``next`` (``show`` global batches, ``0`` for none: per
+    rank, the keys of its samples, or of each pack's samples, in the order it reads them; ``truncated`` when
+    :data:`LISTED_KEYS` cut the list short) or ``error`` (type, message, and for a spec mismatch the
+    differing ``fields``, saved and now).  ``allow_batch_size_change`` restores as the job would with
+    ``load_state_dict(state, allow_batch_size_change=True)``; ``task_encoder`` and ``trusted``: see the
+    module doc (nothing the state names is imported without ``trusted``)."""
     try:
-        options = loader_options(spec if isinstance(spec, dict) else {}, task_encoder=task_encoder)
+        check_state(state)  # what load_state_dict checks first: a damaged state is refused before it is read
+    except DatareelError as exc:
+        return {"ok": False, "error": _error(exc)}
+    try:
+        options = loader_options(state["spec"], task_encoder=task_encoder, trusted=trusted)
     except (KeyError, TypeError) as exc:
         raise DatareelError(
             f"the state's spec is damaged: its packing or stage entry lacks or mistypes {exc}; it cannot be "
@@ -129,20 +165,26 @@ def verify_state(
         )
         loader.load_state_dict(state, allow_batch_size_change=allow_batch_size_change)
     except DatareelError as exc:
-        error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
-        if isinstance(exc, StateMismatchError):
-            error["fields"] = {k: {"saved": a, "now": b} for k, (a, b) in exc.differences.items()}
-        return {"ok": False, "error": error}
+        return {"ok": False, "error": _error(exc)}
     try:
+        listed, truncated = _next_keys(loader, world_size, show)
         return {
             "ok": True,
             "cursor": loader.cursor,
             "accumulation_steps": loader.accumulation_steps,
             **_per_source(loader),
-            "next": _next_keys(loader, world_size, show),
+            "next": listed,
+            "truncated": truncated,
         }
     finally:
         loader.close()
+
+
+def _error(exc: DatareelError) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, StateMismatchError):
+        error["fields"] = {k: {"saved": a, "now": b} for k, (a, b) in exc.differences.items()}
+    return error
 
 
 def _per_source(loader: Loader) -> dict[str, Any]:
@@ -160,23 +202,37 @@ def _per_source(loader: Loader) -> dict[str, Any]:
     return {"inputs_read": inputs, "inputs_before_window": None if pack is None else pack[0], "sources": sources}
 
 
-def _next_keys(loader: Loader, world_size: int, show: int) -> list[dict[str, Any]]:
-    """Per global batch, per rank: the keys each rank reads (its micro-batches in order, concatenated)."""
+def _next_keys(loader: Loader, world_size: int, show: int) -> tuple[list[dict[str, Any]], bool]:
+    """Per global batch, per rank: the keys each rank reads (its micro-batches in order, concatenated); and
+    whether the list was cut short: each rank lists at most ``LISTED_KEYS / world_size`` keys (the global
+    batch where a rank ran out is listed in part, the later ones not at all)."""
     schedule, first = loader.schedule, loader.global_batch
-    per_rank = []
+    budget = max(1, LISTED_KEYS // world_size)
+    per_rank: list[list[list[Any]]] = []
+    truncated = False
     for rank in range(world_size):
         steps = loader.reel.stream(loader.reel_cursor, loader.layout, rank)
         batches: list[list[Any]] = []
+        listed = 0
         for b in range(first, first + show):
             keys: list[Any] = []
             for step in steps:  # this global batch's micro-steps: until the cursor reaches the next batch
                 if step.descriptor is not None:
                     keys += _keys(loader, step.descriptor)
+                    listed += len(step.descriptor.indices)
                 if step.after.position >= schedule.start(b + 1):
                     break
+                if listed >= budget:
+                    truncated = True
+                    break
             batches.append(keys)
+            if listed >= budget and b + 1 < first + show:
+                truncated = True
+                break
         per_rank.append(batches)
-    return [{"global_batch": first + b, "ranks": [per_rank[r][b] for r in range(world_size)]} for b in range(show)]
+    shown = min(map(len, per_rank), default=0)
+    out = [{"global_batch": first + b, "ranks": [batches[b] for batches in per_rank]} for b in range(shown)]
+    return out, truncated
 
 
 def _keys(loader: Loader, descriptor: Any) -> list[Any]:
@@ -221,4 +277,6 @@ def format_verdict(verdict: dict[str, Any], world_size: int, micro_batch_size: i
         for rank, keys in enumerate(batch["ranks"]):
             shown = ", ".join(map(str, keys[:8])) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
             lines.append(f"  rank {rank}: {shown}")
+    if verdict.get("truncated"):
+        lines.append(f"(the listing stops after {LISTED_KEYS:,} keys in all: the global batches are that large)")
     return "\n".join(lines)
