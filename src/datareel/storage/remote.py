@@ -178,8 +178,10 @@ def make_client(profile: str, retry: Retry) -> Any:
         options = provider["options"] = dict(provider.get("options") or {})
         options["connect_timeout"], options["read_timeout"] = retry.connect_timeout, retry.read_timeout
         options["retries"] = {"total_max_attempts": 1, "mode": "standard"}
-    entry["retry"] = {"attempts": 1, "delay": 0.0}
-    return msc.StorageClient(StorageClientConfig.from_dict(config, profile=profile, skip_validation=implicit))
+    entry["retry"] = {"attempts": 1, "delay": 0.0}  # what a multi-backend profile's children inherit
+    made = StorageClientConfig.from_dict(config, profile=profile, skip_validation=implicit)
+    made.retry_config = None  # one call per try, and none of MSC's "attempt failed" logging for each
+    return msc.StorageClient(made)
 
 
 _STATUS = re.compile(r"status[ _]code:? *(\d{3})", re.IGNORECASE)
