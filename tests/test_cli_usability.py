@@ -443,8 +443,9 @@ def test_plot_on_one_dataset_draws_its_epochs_and_says_shares_need_a_blend(tmp_p
 
 
 def _suggested(message: str) -> list[list[str]]:
-    """The `datareel ...` commands an error message suggests, as argv for main()."""
-    return [shlex.split(cmd)[1:] for cmd in re.findall(r"`(datareel [^`]+)`", message)]
+    """The commands an error message suggests (`datareel COMMAND ARGS`, not a mention of a command's name),
+    as argv for main()."""
+    return [shlex.split(cmd)[1:] for cmd in re.findall(r"`(datareel \w+ [^`]+)`", message)]
 
 
 def test_info_on_a_metadataset_names_each_dataset_to_prepare_and_those_commands_work(tmp_path, capsys):
@@ -511,3 +512,39 @@ def test_every_path_info_cannot_describe_gets_a_suggestion_that_works_or_none(tm
         assert bool(_suggested(err)) == (name in ("a shard", "unindexed jsonl", "unprepared")), name
     assert main(["info", str(tmp_path / "ds" / "parts")]) == 1  # inside a prepared dataset: info that one
     assert _suggested(capsys.readouterr().err) == [["info", str((tmp_path / "ds").resolve())]]
+
+
+def test_info_follows_nested_and_legacy_metadatasets_and_bounds_hostile_ones(tmp_path, capsys):
+    lines = tmp_path / "docs.jsonl"
+    lines.write_text('{"t": 1}\n{"t": 2}\n{"t": 3}\n')
+    assert main(["prepare", str(lines)]) == 0
+    head = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n"
+    (tmp_path / "inner.yaml").write_text(head + "  train:\n    path: docs.jsonl\n")
+    (tmp_path / "top.yaml").write_text(
+        head + "  train:\n    blend:\n      - weight: 1\n        path: inner.yaml\n      - weight: 1\n"
+        "        path: docs.jsonl\n"
+    )
+    (tmp_path / "legacy.yaml").write_text(
+        "__module__: megatron.energon\n__class__: Metadataset\nsplits:\n  train:\n    datasets:\n"
+        "      - weight: 1\n        path: docs.jsonl\n"
+    )
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "top.yaml"), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["datasets"]
+    assert [(Path(d["yaml"]).name, d["where"], d["samples"]) for d in listed] == [
+        ("inner.yaml", "splits.train", 3),
+        ("top.yaml", "splits.train.blend[1]", 3),
+    ]
+    assert main(["info", str(tmp_path / "legacy.yaml"), "--json"]) == 0
+    (only,) = json.loads(capsys.readouterr().out)["datasets"]
+    assert (only["where"], only["samples"]) == ("splits.train.blend[0]", 3)
+    (tmp_path / "a.yaml").write_text(head + "  train:\n    path: b.yaml\n")
+    (tmp_path / "b.yaml").write_text(head + "  train:\n    path: a.yaml\n")
+    assert main(["info", str(tmp_path / "a.yaml")]) == 1
+    assert "include each other in a cycle" in capsys.readouterr().err
+    for level in range(6):  # each file includes the next ten times: 10^6 entries, refused past 100,000
+        target = f"level{level + 1}.yaml" if level < 5 else "docs.jsonl"
+        items = "".join(f"      - weight: 1\n        path: {target}\n" for _ in range(10))
+        (tmp_path / f"level{level}.yaml").write_text(head + "  train:\n    blend:\n" + items)
+    assert main(["info", str(tmp_path / "level0.yaml")]) == 1
+    assert "more than 100,000 blends and datasets" in capsys.readouterr().err
