@@ -59,11 +59,21 @@ class Blend:
         """Per child ``[name, weight or repetitions, digest]``: what mismatch messages compare."""
         return [[child.name[:24], param, _digest(child)[:6]] for child, param in zip(self.children, self.params())]
 
+    def content_digest(self) -> str | None:
+        """A digest of the children's content digests (in order), where any child has one (a sequence)."""
+        contents = [child.content_digest() for child in self.children]
+        if all(c is None for c in contents):
+            return None
+        return hashlib.blake2b(json.dumps(contents).encode(), digest_size=8).hexdigest()
+
     def fingerprint(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": shorten(self.name), "size": self.size_hint(), "digest": _digest(self)}
         summary = self.summary()
         if len(json.dumps(summary)) <= 480:  # keeps the state under 1 KB; the digest covers the rest
             out["sources"] = summary
+        content = self.content_digest()
+        if content is not None:  # from_sequence leaves: their sampled items (see sources/sequence.py)
+            out["content"] = content
         return out
 
     def size_hint(self) -> int | None:

@@ -109,11 +109,22 @@ class Source(abc.ABC):
         """
         return {"kind": type(self).__name__, "name": self.name, "size": len(self)}
 
+    def content_digest(self) -> str | None:
+        """A digest of the items themselves where :meth:`describe` cannot tell other content apart (a
+        Python sequence has no file sizes or shard counts: see :mod:`.sequence`); ``None`` for sources whose
+        description covers what they protect."""
+        return None
+
     def fingerprint(self) -> dict[str, Any]:
-        """A short summary (name, size) and a digest of :meth:`describe`."""
+        """A short summary (name, size), a digest of :meth:`describe`, and the :meth:`content_digest`
+        (as ``content``) where there is one."""
         blob = json.dumps(self.describe(), sort_keys=True, default=str).encode("utf-8")
         digest = hashlib.blake2b(blob, digest_size=8).hexdigest()
-        return {"name": shorten(self.name), "size": len(self), "digest": digest}
+        out: dict[str, Any] = {"name": shorten(self.name), "size": len(self), "digest": digest}
+        content = self.content_digest()
+        if content is not None:
+            out["content"] = content
+        return out
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, size={len(self)})"
@@ -161,6 +172,9 @@ class MappedSource(Source):
         for row, sample in zip(rows.tolist(), self.base.read_many(self._map(indices[rows]))):
             out[row] = sample
         return out
+
+    def content_digest(self) -> str | None:
+        return self.base.content_digest()
 
     @property
     def prefetches(self) -> bool:
