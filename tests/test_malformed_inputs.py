@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -657,3 +658,46 @@ def test_the_valid_world_opens_everywhere(world):
     read_everything(world / "m.yaml", split="val")
     read_everything(world / "typed", split="val")
     read_everything(world / "d.jsonl")
+
+
+# -- excludes by key: O(excluded) memory, whatever the counts claim ---------------------------------
+
+
+def test_a_huge_shard_count_beside_an_exclude_by_key_is_a_named_error(tmp_path, world):
+    """The kept-index array was np.arange(total samples): a count of 2^62 in .info.json asked for 32 EiB
+    (a bare ValueError); now the excluded indices alone are held and the count fails its shard's check."""
+    root = tmp_path / "crude"
+    shutil.copytree(world / "crude", root)
+    meta = root / ".nv-meta"
+    info = json.loads((meta / ".info.json").read_text())
+    info["shard_counts"]["parts/p-1.tar"] = 2**62
+    (meta / ".info.json").write_text(json.dumps(info))
+    split = {"split_parts": {"train": ["parts/p-0.tar", "parts/p-1.tar"]}, "exclude": ["parts/p-0.tar/crude00"]}
+    (meta / "split.yaml").write_text(yaml.safe_dump(split))
+    source = datareel.open_dataset(root)
+    assert len(source) == 3 + 2**62 - 1
+    assert source.read(0)["__key__"] == "crude01"
+    with pytest.raises(DatasetError, match=r"holds 3 samples but .*says 4611686018427387904"):
+        source.read(2)
+
+
+@given(excluded=st.sets(st.integers(0, 5), max_size=5))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_excluding_samples_by_key_keeps_the_others_in_order(world, excluded):
+    root = Path(tempfile.mkdtemp(prefix="copy-", dir=world.parent))
+    try:
+        shutil.copytree(world / "crude", root / "crude", ignore=shutil.ignore_patterns("index.sqlite"))
+        keys = [f"crude{s}{i}" for s in range(2) for i in range(3)]
+        exclude = [f"parts/p-{k // 3}.tar/{keys[k]}" for k in sorted(excluded)]
+        split = {"split_parts": {"train": ["parts/p-0.tar", "parts/p-1.tar"]}, "exclude": exclude}
+        (root / "crude" / ".nv-meta" / "split.yaml").write_text(yaml.safe_dump(split))
+        if len(excluded) == len(keys):
+            return
+        source = datareel.open_dataset(root / "crude")
+        kept = [k for i, k in enumerate(keys) if i not in excluded]
+        assert [source.read(i)["__key__"] for i in range(len(source))] == kept
+        assert [s["__key__"] for s in source.read_many(np.arange(len(source)))] == kept
+        with pytest.raises(IndexError):
+            source.locate_many(np.array([len(source)]))
+    finally:
+        shutil.rmtree(root)

@@ -325,7 +325,7 @@ def test_prepare_on_truncated_tar_leaves_nothing(tmp_path):
 def test_not_a_dataset_and_missing_yaml(tmp_path):
     with pytest.raises(DatareelError, match="datareel prepare"):
         datareel.open_dataset(tmp_path)
-    with pytest.raises(DatareelError, match="cannot read metadataset"):
+    with pytest.raises(DatareelError, match=r"metadataset .*mix\.yaml does not exist"):
         datareel.open_dataset(tmp_path / "mix.yaml")
     with pytest.raises(DatareelError, match="does not exist"):
         datareel.open_dataset(tmp_path / "nope")

@@ -1,7 +1,7 @@
 """Energon-prepared WebDataset directories (tar shards + ``.tar.idx`` + ``.nv-meta``).
 
 Sample ``i`` of a split is found by arithmetic on the split's per-shard counts
-(or, when samples are excluded by key, through a kept-index array), then read
+(or, when samples are excluded by key, through the sorted excluded indices), then read
 with one positioned read of ``[idx[i], idx[i+1])`` from its shard.  Opening
 reads the metadata only; a shard is opened and checked on its first use in
 the process that reads it (DataLoader workers open their own after fork),
@@ -92,8 +92,11 @@ class WebDatasetSource(Source):
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._etags = meta.read_etags(self.root) if self._remote else {}  # shard -> ETag when indexed
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
-        self.kept = self._kept_indices() if self.split.excluded_samples else None  # (N_kept,) or None
-        self._size = int(self.starts[-1]) if self.kept is None else len(self.kept)
+        dropped = self._dropped_indices() if self.split.excluded_samples else None  # (D,) sorted, or None
+        # kept samples before each dropped one (D,), non-decreasing: kept sample i is split index
+        # i + (dropped ones at or before it) -- O(D) memory, whatever the split's size
+        self._kept_before = None if dropped is None else dropped - np.arange(len(dropped), dtype=np.int64)
+        self._size = int(self.starts[-1]) - (0 if dropped is None else len(dropped))
         if self._size == 0:
             raise DatasetError(f"split {split!r} of {self.root} holds no samples (after excludes)")
 
@@ -137,8 +140,8 @@ class WebDatasetSource(Source):
         except FileNotFoundError:
             raise NotFound(f"shard {self._paths[s]} is missing (listed in {meta.META}/.info.json)") from None
 
-    def _kept_indices(self) -> np.ndarray:
-        """Split indices that survive sample excludes. -> int64[N_kept] (built once at open)."""
+    def _dropped_indices(self) -> np.ndarray:
+        """Split indices excluded by key (read once at open). -> int64[D], sorted"""
         dropped = []
         for s, shard in enumerate(self.shards):
             keys = self.split.excluded_samples.get(shard)
@@ -156,7 +159,17 @@ class WebDatasetSource(Source):
                     f"split {self.split.name!r}: exclude names samples {missing[:5]} of shard {shard!r}, which holds "
                     f"no such keys; fix the exclude entries (a typo would silently exclude nothing)"
                 )
-        return np.setdiff1d(np.arange(int(self.starts[-1]), dtype=np.int64), np.array(dropped, dtype=np.int64))
+        return np.unique(np.array(dropped, dtype=np.int64))
+
+    def _split_indices(self, indices: np.ndarray) -> np.ndarray:
+        """Split indices (excluded samples counted) of samples ``indices``. int64[k] -> int64[k]"""
+        if len(indices) and not (0 <= indices.min() and indices.max() < self._size):
+            raise IndexError(
+                f"samples {indices.tolist()[:5]}... are out of range for {self.name} ({self._size} samples)"
+            )
+        if self._kept_before is None:
+            return indices
+        return indices + np.searchsorted(self._kept_before, indices, side="right")
 
     # -- lazy per-process handles -----------------------------------------------------------------
     def _handles(self) -> None:
@@ -260,13 +273,13 @@ class WebDatasetSource(Source):
         """``(shard number, index in shard)`` of sample ``index`` of this split."""
         if not 0 <= index < self._size:
             raise IndexError(f"sample {index} is out of range for {self.name} ({self._size} samples)")
-        g = int(self.kept[index]) if self.kept is not None else index
+        g = int(self._split_indices(np.array([index], dtype=np.int64))[0])
         s = int(np.searchsorted(self.starts, g, side="right")) - 1
         return s, g - int(self.starts[s])
 
     def locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised :meth:`locate`. indices: int64[k] -> (shard numbers int64[k], index in shard int64[k])."""
-        g = self.kept[indices] if self.kept is not None else np.asarray(indices, dtype=np.int64)
+        g = self._split_indices(np.asarray(indices, dtype=np.int64))
         s = np.searchsorted(self.starts, g, side="right") - 1
         return s, g - self.starts[s]
 
