@@ -701,3 +701,65 @@ def test_excluding_samples_by_key_keeps_the_others_in_order(world, excluded):
             source.locate_many(np.array([len(source)]))
     finally:
         shutil.rmtree(root)
+
+
+# -- the length index (.lengths.npy and its .json record), read when packing by length="index" ------
+
+
+@pytest.fixture(scope="module")
+def indexed_jsonl(tmp_path_factory) -> Path:
+    from datareel.cli.lengths import compute_length_index
+
+    path = tmp_path_factory.mktemp("lengths") / "d.jsonl"
+    path.write_text("".join(json.dumps({"text": "z" * n}) + "\n" for n in (4, 8, 15, 3)))
+    prepare_jsonl(path)
+    tests = str(Path(__file__).parent)
+    sys.path.insert(0, tests)
+    try:
+        compute_length_index(path, "length_fns:json_length", workers=1, progress=False)
+    finally:
+        sys.path.remove(tests)
+    return path
+
+
+RECORDS = [b"", b"\xff", b"{", b"[1]", b'{"check": [1]}', b'{"check": {"d.jsonl": 5}}', b'{"x": ' + b"9" * 5000 + b"}"]
+ARRAYS = [b"", b"\x93NUMPY garbage", None, "float", "short", "2d", "objects"]
+
+
+@pytest.mark.parametrize("damage", range(len(RECORDS) + len(ARRAYS)))
+def test_a_damaged_length_index_is_a_named_error(tmp_path, indexed_jsonl, damage):
+    from datareel.sources.lengths import forget_index, lengths_of
+
+    for name in ("d.jsonl", "d.jsonl.idx", "d.jsonl.lengths.npy", "d.jsonl.lengths.npy.json"):
+        shutil.copy(indexed_jsonl.parent / name, tmp_path / name)
+    record, array = tmp_path / "d.jsonl.lengths.npy.json", tmp_path / "d.jsonl.lengths.npy"
+    if damage < len(RECORDS):
+        record.write_bytes(RECORDS[damage])
+        target = record
+    else:
+        kind = ARRAYS[damage - len(RECORDS)]
+        good = np.load(array)
+        if isinstance(kind, bytes):
+            array.write_bytes(kind)
+        elif kind is None:
+            array.write_bytes(pickle_bytes())
+        else:
+            bad = {
+                "float": good.astype(np.float64),
+                "short": good[:2],
+                "2d": np.stack([good, good]),
+                "objects": np.array([1, "x"], dtype=object),
+            }[kind]
+            np.save(array, bad, allow_pickle=True)
+        target = array
+    forget_index(array)
+    with pytest.raises(DatasetError) as caught:
+        lengths_of(datareel.open_dataset(tmp_path / "d.jsonl"), np.array([0]), "index")
+    message = str(caught.value)
+    assert str(target) in message or f"length index {array} is stale" in message
+
+
+def pickle_bytes() -> bytes:
+    import pickle
+
+    return pickle.dumps([1, 2, 3, 4])

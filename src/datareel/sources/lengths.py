@@ -64,19 +64,37 @@ def load_index(source: Source) -> np.ndarray:
             f"{source.name} has no length index ({path}); compute it with "
             f"`datareel prepare <dataset> --lengths module:function`, or pack by length='bytes'"
         )
-    saved = json.loads(side.read_text())
-    current = source.length_index_check()
-    if saved.get("check") != json.loads(json.dumps(current)):
-        changed = sorted(
-            k
-            for k in set(saved.get("check", {})) | set(current)
-            if saved.get("check", {}).get(k) != list(current.get(k, []))
+    redo = "re-run `datareel prepare <dataset> --lengths module:function`"
+    try:
+        saved = json.loads(side.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8, not JSON, huge ints, deep
+        raise DatasetError(f"length index record {side} cannot be read ({type(exc).__name__}: {exc}); {redo}") from None
+    recorded = saved.get("check") if isinstance(saved, dict) else None
+    if not isinstance(recorded, dict):
+        raise DatasetError(
+            f"length index record {side} has no 'check' mapping (what each file held when the lengths were "
+            f"computed); it is damaged: {redo}"
         )
+    function = saved.get("function")
+    if isinstance(function, str) and function:
+        redo = f"re-run `datareel prepare <dataset> --lengths {function}`"
+    current = source.length_index_check()
+    if recorded != json.loads(json.dumps(current)):
+        changed = sorted(k for k in set(recorded) | set(current) if recorded.get(k) != list(current.get(k, [])))
         raise DatasetError(
             f"length index {path} is stale: {changed[:5]} changed since it was computed "
-            f"(sample count, bytes or content); re-run `datareel prepare --lengths {saved.get('function')}`"
+            f"(sample count, bytes or content); {redo}"
         )
-    index = np.load(path, mmap_mode="r")
+    try:
+        index = np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as exc:  # damaged, truncated, or an object array (never unpickled)
+        raise DatasetError(f"length index {path} cannot be read ({type(exc).__name__}: {exc}); {redo}") from None
+    count = sum(int(entry[0]) for entry in current.values())
+    if index.shape != (count,) or not np.issubdtype(index.dtype, np.integer):
+        raise DatasetError(
+            f"length index {path} holds {index.dtype}{list(index.shape)}, not one integer per sample ({count}); "
+            f"it is damaged: {redo}"
+        )
     _cache[key] = index
     return index
 
