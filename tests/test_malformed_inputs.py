@@ -763,3 +763,21 @@ def pickle_bytes() -> bytes:
     import pickle
 
     return pickle.dumps([1, 2, 3, 4])
+
+
+@pytest.mark.parametrize(
+    "part,data,named",
+    [
+        ("json", b'{"a": ' + b"9" * 5000 + b"}", r"part 'json': it holds an integer of more than 4,300 digits"),
+        ("json", b"[" * 100_000 + b"]" * 100_000, r"part 'json': JSON nested too deeply to parse"),
+        ("cls", b"9" * 5000, r"part 'cls': it holds an integer of more than"),
+    ],
+    ids=["json 5000 digits", "json 100,000 deep", "cls 5000 digits"],
+)
+def test_a_tar_part_python_cannot_parse_names_shard_key_and_part(tmp_path, part, data, named):
+    write_shard(tmp_path / "d" / "s.tar", [("k0", {"txt": b"fine"}), ("k1", {"txt": b"x", part: data})])
+    prepare_webdataset(tmp_path / "d", progress=False)
+    source = datareel.open_dataset(tmp_path / "d")
+    assert source.read(0)["txt"] == "fine"
+    with pytest.raises(DatasetError, match=rf"s\.tar key 'k1': cannot decode {named}"):
+        source.read(1)

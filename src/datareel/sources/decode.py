@@ -29,6 +29,7 @@ import torch
 from webdataset import autodecode
 
 from ..errors import DatasetError
+from .jsonl import unparsable
 
 IMAGE_DECODE = tuple(autodecode.imagespecs)
 """Accepted ``image_decode`` values: ``"pil"``, ``"rgb8"`` (numpy uint8 HWC), ``"torchrgb"``
@@ -134,6 +135,12 @@ class PartDecoder:
             ) from exc
         except DatasetError as exc:
             raise DatasetError(f"{where}: {exc}") from None
+        except RecursionError as exc:  # json nested past the stack
+            raise DatasetError(f"{where}: cannot decode part {part!r}: {unparsable(exc)}") from None
+        except ValueError as exc:
+            if "integer string conversion" not in str(exc):  # Python's 4,300-digit limit (json, cls, id)
+                raise DatasetError(f"{where}: cannot decode part {part!r}: {type(exc).__name__}: {exc}") from exc
+            raise DatasetError(f"{where}: cannot decode part {part!r}: it {unparsable(exc)}") from None
         except Exception as exc:  # decoders raise anything: name the place, keep the cause
             raise DatasetError(f"{where}: cannot decode part {part!r}: {type(exc).__name__}: {exc}") from exc
 
