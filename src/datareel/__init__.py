@@ -15,8 +15,8 @@ The public API::
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.sample_torch_generator()       # the same, as a torch.Generator
     datareel.TaskEncoder                    # the task-encoder protocol
-    datareel.DatareelError (root), OptionError, DatasetError (and its DatasetChangedError), TopologyError,
-        StateMismatchError, BatchError
+    datareel.DatareelError (root), OptionError, DatasetError (and its DatasetChangedError, StorageError),
+        TopologyError, StateMismatchError, BatchError
 
 The layers (a module imports only from the ones listed above it)::
 
@@ -29,7 +29,7 @@ The layers (a module imports only from the ones listed above it)::
     state.py    the state format and fingerprint checks;  dist.py  torch.distributed
     loader.py   L5 DataLoader glue; the cursor queue; state_dict / load_state_dict
     energon/    Energon's loader API, sample types and task-encoder toolkit over datareel
-    cli/        datareel prepare, info, demo (and the length-index builder)
+    cli/        datareel prepare, info, inspect, verify, preview, plot, demo (and the length-index builder)
     testing/    shipped helpers: check_restore_everywhere, several ranks in one process, local gloo launcher
 """
 
@@ -54,6 +54,7 @@ _LAZY = {
     "OptionError": ".errors",
     "SampleContextError": ".errors",
     "StateMismatchError": ".errors",
+    "StorageError": ".errors",
     "TopologyError": ".errors",
     "DefaultTaskEncoder": ".execute",
     "TaskEncoder": ".execute",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         OptionError,
         SampleContextError,
         StateMismatchError,
+        StorageError,
         TopologyError,
     )
     from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
@@ -121,6 +123,7 @@ __all__ = [
     "SampleMeta",
     "Source",
     "StateMismatchError",
+    "StorageError",
     "TaskEncoder",
     "TopologyError",
     "WindowedStage",
