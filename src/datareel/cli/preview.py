@@ -12,7 +12,6 @@ and with ``--decode`` image tensors and arrays) and, for more than one image, a 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +99,11 @@ def as_image(name: str, value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         if not (name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS or _image_bytes(bytes(value[:12]))):
             return None
+        from ..sources.decode import open_image  # PIL's in-process formats only: never Ghostscript on EPS
+
         try:
-            return Image.open(io.BytesIO(value)).convert("RGB")
+            with open_image(bytes(value), name) as image:
+                return image.convert("RGB")
         except Exception:
             return None
     if hasattr(value, "shape") and len(value.shape) == 2 and _image_name(name):  # one channel (l8, ...)

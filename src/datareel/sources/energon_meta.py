@@ -218,6 +218,22 @@ def read_info(root: Path) -> dict[str, int]:
             )
         if not shard or "\0" in shard:
             raise DatasetError(f"{path}: shard_counts names {_short(shard)}, which is not a shard path; {fix}")
+    inside = (
+        f"Re-run `datareel prepare` or `energon prepare` on {root} (they name shards relative to it), or bring "
+        f"the shard inside {root} (a symbolic link there to a shard elsewhere is read)"
+    )
+    what = "shard_counts names shard"
+    odd = {shard: confined(shard, path, what, inside) for shard in counts if normal(shard) != shard}
+    if odd:  # a name not in normal form may be another name of a listed shard
+        seen: dict[str, str] = {}
+        for shard in counts:
+            name = odd.get(shard, shard)
+            if name in seen:
+                raise DatasetError(
+                    f"{path}: shard_counts names one shard twice, as {_short(seen[name])} and {_short(shard)}: "
+                    f"its samples would be read twice; {fix}"
+                )
+            seen[name] = shard
     if sum(counts.values()) > INT64_LIMIT:
         raise DatasetError(f"{path}: shard_counts adds up to more than {INT64_LIMIT:,} samples; {fix}")
     return {str(k): int(v) for k, v in counts.items()}
@@ -230,6 +246,47 @@ def _short(value: Any, limit: int = 80) -> str:
     except ValueError:  # an int too long to print
         return f"<an integer of {value.bit_length():,} bits>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+CONFINED = (
+    "a path a dataset's metadata names must be relative to the dataset directory and stay inside it ('..' may "
+    "not climb out of it): datareel reads nothing outside a dataset because its metadata says so"
+)
+"""The rule :func:`confined` enforces (in its refusals)."""
+
+
+def normal(name: str) -> str | None:
+    """``name`` in normal form (``.`` and empty components dropped, ``..`` resolved by name, as Energon
+    does), or ``None`` when it is absolute or leads outside the directory it is relative to."""
+    padded = f"/{name}/"
+    if "/./" not in padded and "/../" not in padded and "//" not in padded:
+        return name  # already normal (every name Energon or datareel writes): the fast path
+    if name.startswith("/"):
+        return None
+    parts: list[str] = []
+    for part in name.split("/"):
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "/".join(parts)
+
+
+def confined(name: str, file: Any, what: str, fix: str) -> str:
+    """``name`` (a shard, split or config file ``file``'s metadata names) in :func:`normal` form, refused
+    unless it is relative and stays inside the dataset directory.  The rule is on names, the same for a
+    local directory and a bucket prefix; the file is then read by its normal name (``link/../x.tar`` is
+    ``x.tar`` in the dataset, never beside the link's target), and a symbolic link inside the dataset is
+    followed wherever it points (datasets assembled from links)."""
+    found = normal(name)
+    if found is None:
+        how = "is an absolute path" if name.startswith("/") else "leads outside the dataset directory"
+        raise DatasetError(f"{file}: {what} {_short(name)} {how}; {CONFINED}. {fix}")
+    if not found:
+        raise DatasetError(f"{file}: {what} {_short(name)} names the dataset directory itself, not a file. {fix}")
+    return found
 
 
 ETAGS = "etags.json"  # datareel's own: each shard's ETag when `datareel prepare` indexed it in a bucket
@@ -323,7 +380,7 @@ def _group_count(expr: str) -> int:
 def read_split(root: Path, split: str, info: dict[str, int], split_config: str = "split.yaml") -> Split:
     """The shards of ``split`` (brace-expanded, excludes applied), checked against the info file."""
     meta = root / META
-    path = meta / split_config
+    path = _meta_file(root, split_config, "split_config", "split")
     if not _is_file(path) and split_config == "split.yaml" and _is_file(meta / "split.json"):
         path = meta / "split.json"
     if not _is_file(path):
@@ -339,6 +396,9 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
     if split not in parts:
         raise DatasetError(f"split {split!r} is not in {path}; it has {sorted(parts)}: pass one of them as split=")
     shards = _expand(parts[split], path, f"split_parts[{split!r}]", info)
+    for shard in shards:
+        if shard not in info:  # .info.json's shards are checked: only a name it does not list can escape
+            confined(shard, path, f"split {split!r} names shard", f"Name the shards {META}/.info.json lists")
     twice = sorted(s for s, n in Counter(shards).items() if n > 1)
     if twice:
         raise DatasetError(
@@ -373,6 +433,14 @@ def read_split(root: Path, split: str, info: dict[str, int], split_config: str =
     )
 
 
+def _meta_file(root: Path, name: str, option: str, what: str) -> Path:
+    """The ``split_config`` / ``dataset_config`` file ``name`` (relative to ``.nv-meta/``) of ``root``,
+    refused by :func:`confined` unless it is inside the dataset directory; read by its normal name."""
+    relative = name if name.startswith("/") else f"{META}/{name}"
+    fix = f"Name a file in the dataset's {META}/ directory (copy it there if it is elsewhere)"
+    return root / confined(relative, f"{option}={name!r}", f"the {what} file", fix)
+
+
 SPLIT_KEYS = ("split_parts", "exclude")
 """The keys of ``split.yaml`` (Energon's ``WebdatasetSplits``)."""
 
@@ -386,7 +454,7 @@ def _is_file(path: Path) -> bool:
 
 
 def read_dataset_yaml(root: Path, dataset_config: str = "dataset.yaml") -> dict[str, Any]:
-    path = root / META / dataset_config
+    path = _meta_file(root, dataset_config, "dataset_config", "dataset")
     fix = f"write it, e.g. with `datareel prepare {root} --overwrite --sample-type CrudeWebdataset`"
     if not _is_file(path):
         raise DatasetError(f"{path} is missing; {fix}")
