@@ -379,23 +379,47 @@ def test_a_limited_repeated_val_loader_yields_the_same_batches_every_pass(texts)
     assert [next(it) for _ in range(45)] == (passes[0] * 3)[:45]
 
 
-def test_a_limited_val_loader_without_reset_continues_and_a_plain_one_restarts_its_pass(texts):
+def test_a_limited_val_loader_restarts_with_or_without_reset_and_a_plain_one_restarts_its_pass(texts):
+    """megatron.energon 7.4.1's LimitDataset resets what it wraps after every pass, whatever
+    reset_after_epoch says (compared beside Energon in tests/test_energon_val_loops.py)."""
     config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
     going = den.get_loader(den.LimitDataset(den.RepeatDataset(_val(texts)), length=4), worker_config=config)
     first, second = list(going), list(going)
-    assert len(first) == len(second) == 4 and first != second
+    assert len(first) == len(second) == 4 and first == second
     plain = den.get_savable_loader(_val(texts))
     one, two = list(plain), list(plain)
     assert one == two and len(one) == 13 == len(plain)  # every `for` restarts the val pass
 
 
 def test_val_wrappers_refuse_what_they_cannot_honour(texts):
-    with pytest.raises(den.datasets.OptionError, match="repeat_count=2"):
-        den.RepeatDataset(_val(texts), repeat_count=2)
+    for repeats in (0, -1, "2", True):
+        with pytest.raises(den.datasets.OptionError, match=r"RepeatDataset\(repeats="):
+            den.RepeatDataset(_val(texts), repeats=repeats)
     with pytest.raises(den.datasets.OptionError, match=r"LimitDataset\(length=0\)"):
         den.LimitDataset(_val(texts), length=0)
     with pytest.raises(den.datasets.OptionError, match="wraps what"):
         den.LimitDataset([1, 2], length=3)
+    loader = den.get_loader(_val(texts))
+    with pytest.raises(den.datasets.OptionError, match="Megatron does not checkpoint val loaders"):
+        loader.save_state_rank()
+
+
+def test_a_wrong_dataset_path_fails_where_it_is_given(texts, tmp_path):
+    """get_train_dataset / get_val_dataset(s) open the dataset at once: the error open_dataset gives, there."""
+    import datareel
+    from datareel import DatasetError
+
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    tar = next(texts.glob("*.tar"))
+    for path in (tmp_path / "missing", tar, tmp_path / "missing.jsonl", tmp_path / "missing.yaml"):
+        with pytest.raises(DatasetError) as expected:
+            datareel.open_dataset(path)
+        for make in (den.get_train_dataset, den.get_val_dataset, den.get_val_datasets):
+            with pytest.raises(DatasetError) as got:
+                make(str(path), split_part="train", worker_config=config, batch_size=2)
+            assert str(got.value) == str(expected.value), make.__name__
+    with pytest.raises(DatasetError, match="split"):  # a split the dataset does not have
+        den.get_val_dataset(str(texts), split_part="nope", worker_config=config, batch_size=2)
 
 
 def test_get_val_datasets_gives_one_loader_per_val_dataset(texts, tmp_path):

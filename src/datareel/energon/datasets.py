@@ -10,8 +10,9 @@ from typing import Any
 import torch.distributed as torch_dist
 
 from ..blend.open import open_dataset
-from ..blend.tree import Concat
-from ..errors import OptionError, check_int
+from ..blend.tree import Blend, Concat
+from ..errors import INT64_LIMIT, OptionError, check_int
+from ..sources.base import Source
 from .loader import EnergonLoader
 
 log = logging.getLogger("datareel")
@@ -64,9 +65,30 @@ class WorkerConfig:
         return WorkerConfig(rank=0, world_size=1, num_workers=num_workers, data_parallel_group=data_parallel_group)
 
 
+@dataclass(frozen=True)
+class Limit:
+    """``LimitDataset(..., length, reset_after_epoch)``: at most ``length`` batches per pass, then the
+    wrapped dataset starts again (Energon 7.4.1 resets it whatever ``reset_after_epoch`` says)."""
+
+    length: int
+    reset_after_epoch: bool = False
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """``RepeatDataset(..., repeats, restart)``: the wrapped dataset again each time it ends,
+    ``repeats`` times (``None``: endlessly)."""
+
+    repeats: float | None = None
+    restart: bool = True
+
+
 @dataclass
 class DatasetSpec:
-    """What ``get_train_dataset`` / ``get_val_dataset`` return: the recipe, built by a loader call."""
+    """What ``get_train_dataset`` / ``get_val_dataset`` return: the recipe, built by a loader call.
+
+    ``dataset`` is the opened dataset (opened at once, so a wrong path fails where it is given);
+    ``wrappers`` the ``LimitDataset`` / ``RepeatDataset`` around it, innermost first."""
 
     path: Any
     split_part: str
@@ -77,12 +99,23 @@ class DatasetSpec:
     repeat: bool
     shuffle: bool
     virtual_epoch_length: int = 0
-    limit: int | None = None
     open_kwargs: dict[str, Any] = field(default_factory=dict)
-    reset_after_epoch: bool = False  # LimitDataset(..., reset_after_epoch=True): every limited pass starts afresh
     packing_buffer_size: int | None = None  # online packing: windows of this many input samples
     handler: Any = None  # Energon's error handler: told of every failing sample (see EnergonLoader)
     allow_batch_size_change: bool = False  # restores accept another global batch size at a batch boundary
+    dataset: Any = None  # the opened Source or Blend
+    wrappers: tuple[Limit | Repeat, ...] = ()
+    val: bool = False  # from get_val_dataset(s): read in Energon's val order (datareel.energon.val)
+    drop_last: bool = False  # get_val_dataset(batch_drop_last=True): each worker drops its partial batch
+
+
+def _open(path: Any, split_part: str, open_kwargs: dict[str, Any], task_encoder: Any) -> Any:
+    """The dataset a spec reads, opened now: a wrong path raises here, as ``open_dataset`` would."""
+    if isinstance(path, (Source, Blend)):  # get_val_datasets hands out opened sources
+        return path
+    if getattr(task_encoder, "decoder", "absent") is None:  # Energon's decoder=None: raw bytes
+        open_kwargs.setdefault("decode", False)
+    return open_dataset(path, split=split_part, **open_kwargs)
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
@@ -155,6 +188,7 @@ def get_train_dataset(
             "get_train_dataset: batch_drop_last=True with repeat=False is not supported; datareel "
             "splits the last, partial global batch (docs/guarantees.md)"
         )
+    handler = open_kwargs.pop("handler", None)
     return DatasetSpec(
         path,
         split_part,
@@ -167,8 +201,9 @@ def get_train_dataset(
         virtual_epoch_length=virtual_epoch_length,
         open_kwargs=open_kwargs,
         packing_buffer_size=packing_buffer_size,
-        handler=open_kwargs.pop("handler", None),
+        handler=handler,
         allow_batch_size_change=bool(allow_batch_size_change),
+        dataset=_open(path, split_part, open_kwargs, task_encoder),
     )
 
 
@@ -184,14 +219,16 @@ def get_val_dataset(
     task_encoder: Any = None,
     **kwargs: Any,
 ) -> DatasetSpec:
-    """Energon's ``get_val_dataset``: one pass, in order, every sample once over all ranks."""
+    """Energon's ``get_val_dataset``: one pass, in order, every sample once over all ranks.
+
+    The batches, their order and what every later ``for`` over the loader yields are Energon's
+    (each rank's workers read contiguous slices; see :mod:`datareel.energon.val`); ``limit``
+    (``None`` or ``<= 0``: none) caps each pass at that many batches, the same ones every pass."""
     open_kwargs = _check_common(dict(kwargs), "get_val_dataset")
     packing_buffer_size = _check_buffer(packing_buffer_size, "get_val_dataset")
-    if batch_drop_last:
-        raise OptionError(
-            "get_val_dataset: batch_drop_last=True is not supported; datareel splits the last, "
-            "partial global batch over the ranks (docs/guarantees.md)"
-        )
+    if limit is not None:
+        check_int(limit, "limit", minimum=-INT64_LIMIT, where="get_val_dataset")
+    handler = open_kwargs.pop("handler", None)
     return DatasetSpec(
         path,
         split_part,
@@ -201,10 +238,13 @@ def get_val_dataset(
         task_encoder,
         repeat=False,
         shuffle=False,
-        limit=limit,
         open_kwargs=open_kwargs,
         packing_buffer_size=packing_buffer_size,
-        handler=open_kwargs.pop("handler", None),
+        handler=handler,
+        dataset=_open(path, split_part, open_kwargs, task_encoder),
+        wrappers=(Limit(int(limit), reset_after_epoch=True),) if limit is not None and limit > 0 else (),
+        val=True,
+        drop_last=bool(batch_drop_last),
     )
 
 
@@ -258,31 +298,32 @@ def get_val_datasets(path: Any, **kwargs: Any) -> list[tuple[DatasetSpec, Any]]:
     :func:`get_val_dataset`'s.  ``source`` is the opened datareel source (it has ``.name``).
     """
     spec = get_val_dataset(path, **kwargs)
-    opened = open_dataset(path, split=spec.split_part, **spec.open_kwargs)
-    children = opened.children if isinstance(opened, Concat) else (opened,)
-    return [(replace(spec, path=child), child) for child in children]
+    children = spec.dataset.children if isinstance(spec.dataset, Concat) else (spec.dataset,)
+    return [(replace(spec, path=child, dataset=child), child) for child in children]
 
 
-def RepeatDataset(dataset: DatasetSpec, *, repeat_count: int | None = None, worker_config: Any = None) -> DatasetSpec:
-    """Energon's ``RepeatDataset``: the dataset read endlessly (``repeat_count=None``), pass after pass."""
+def RepeatDataset(
+    dataset: DatasetSpec, *, repeats: float | None = None, restart: bool = True, worker_config: Any = None
+) -> DatasetSpec:
+    """Energon's ``RepeatDataset``: the dataset again each time it ends, ``repeats`` times (``None``:
+    endlessly; a fraction reads part of the last time); with ``restart=False`` a loader that read
+    all its repeats yields nothing more."""
     _check_spec(dataset, "RepeatDataset")
-    if repeat_count is not None:
-        raise OptionError(
-            f"RepeatDataset(repeat_count={repeat_count!r}): datareel repeats endlessly (repeat_count=None); "
-            f"bound the batches with LimitDataset(..., length=n) instead"
-        )
-    return replace(dataset, repeat=True)
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, (int, float)) or not repeats > 0):
+        raise OptionError(f"RepeatDataset(repeats={repeats!r}): give a number of repeats > 0, or None (endlessly)")
+    return replace(dataset, wrappers=(*dataset.wrappers, Repeat(repeats, bool(restart))))
 
 
 def LimitDataset(
     dataset: DatasetSpec, length: int, *, reset_after_epoch: bool = False, worker_config: Any = None
 ) -> DatasetSpec:
-    """Energon's ``LimitDataset``: each ``for`` over the loader yields at most ``length`` batches;
-    with ``reset_after_epoch=True`` every such pass starts again from the dataset's beginning (the
-    validation pattern: the same ``length`` batches each time), else it continues where the last stopped."""
+    """Energon's ``LimitDataset``: each ``for`` over the loader yields at most ``length`` batches
+    (split over each rank's workers as Energon does), then the wrapped dataset starts again, so
+    every full pass yields the same batches (Energon 7.4.1 resets it also with
+    ``reset_after_epoch=False``); a pass left early continues at the next ``for``."""
     _check_spec(dataset, "LimitDataset")
     check_int(length, "length", minimum=1, where="LimitDataset")
-    return replace(dataset, limit=int(length), reset_after_epoch=bool(reset_after_epoch))
+    return replace(dataset, wrappers=(*dataset.wrappers, Limit(int(length), bool(reset_after_epoch))))
 
 
 def _check_spec(dataset: Any, where: str) -> None:

@@ -1,28 +1,42 @@
 """``EnergonLoader``: a datareel Loader with Energon's loader methods and iteration conventions.
 
-Restored states are agreed across the data-parallel group at the first iteration after a
-restore (or construction): Megatron saves ``save_state_rank()`` into one file per rank and
-restores only where a file exists, so after the world grows the new ranks restored nothing.
-One all-gather of the (~200-byte) restored states lets them adopt the others' state; ranks
-that restored different states raise, naming the ranks.  ``get_savable_loader(...,
-agree_restored_state=False)`` turns the collective off.
+What each ``for`` yields follows Energon's pass structure (:mod:`.passes`); a val loader reads in
+Energon's val order (:mod:`.val`); ``batch_size=None`` hands samples out one by one (:mod:`.unbatched`).
+
+Restored states are agreed across the data-parallel group before anything can observe or save the
+loader: Megatron saves ``save_state_rank()`` into one file per rank and restores only where a file
+exists, so after the world grows the new ranks restored nothing.  At the first call after
+construction or a restore that iterates, saves, or reads the position (``iter``,
+``save_state_rank``, ``save_state_global``, ``global_batches``, ``cursor``, ``global_batch``,
+``accumulation_steps``, ...), one all-gather of the (~200-byte) restored states lets them adopt the
+others' state; ranks that restored different states raise, naming the ranks.  It is a collective:
+every rank must make such a call, and make its first one before any other collective that the
+others make first (the first ``iter`` or save of a training loop is the common place).
+``get_savable_loader(..., agree_restored_state=False)`` turns it off.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as torch_dist
 
 from .. import dist
-from ..blend.open import open_dataset
-from ..blend.tree import Blend
-from ..errors import DatareelError, StateMismatchError, check_int
+from ..blend.tree import Concat
+from ..errors import DatareelError, OptionError, StateMismatchError, check_int
+from ..execute.batch import BatchMaker, ExecOptions
+from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
 from ..plan.schedule import BatchSchedule
 from ..reel import WindowedStage
 from ..sources.base import Source
+from .passes import Epochize, Passes, local_share
+from .passes import Limit as LimitStream
+from .passes import Repeat as RepeatStream
+from .unbatched import Group, Unbatched, unwrap
+from .val import ValPlan
 
 if TYPE_CHECKING:
     from .datasets import DatasetSpec, WorkerConfig
@@ -30,14 +44,55 @@ if TYPE_CHECKING:
 log = logging.getLogger("datareel")
 
 
-class _Unbatched:
-    """batch_size=None: hand samples out one by one (Energon's meaning), skipping batch/encode_batch."""
+class LoaderStream:
+    """This rank's micro-batches of the datareel loader, as one worker's stream (:mod:`.passes`): a pass
+    left early continues; a finite pass that ended starts again from ``start`` (where the loader was
+    built)."""
 
-    def __init__(self, encoder: Any):
-        self.encode_sample = getattr(encoder, "encode_sample", lambda sample: sample)
+    def __init__(self, loader: Loader, start: dict[str, Any]):
+        self.loader, self.start = loader, start
+        self.iterator: Any = None
 
-    def batch(self, samples: list[Any]) -> Any:
-        return samples[0]
+    def run(self) -> Any:
+        while True:
+            if self.iterator is None:
+                self.iterator = iter(self.loader)
+            try:
+                batch = next(self.iterator)
+            except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
+                self.reset()
+                return
+            yield batch
+
+    def reset(self) -> None:
+        self.iterator = None
+        self.loader.load_state_dict(self.start)
+
+    def length(self) -> int:
+        loader = self.loader
+        length = loader.length if loader.length is not None else loader.plan.epoch_length
+        if length is None:
+            raise TypeError("a weighted blend is endless: set virtual_epoch_length to give the loader a length")
+        return loader.layout.rank_steps(loader.rank, length)
+
+
+def _pass(owner: Any, val: ValPlan | None, passes: Passes, token: object) -> Any:
+    """One pass of a facade loader (``owner``: a weak reference; the loader may keep this generator)."""
+    if val is not None:
+        for batch in val.iterate(passes):
+            yield unwrap(batch)
+    else:
+        for _worker, batch in passes:
+            yield unwrap(batch)
+    loader = owner()
+    if loader is not None and loader._live_token is token:
+        loader._live = None
+
+
+# Names read from the datareel Loader that hold no restored state: reading them agrees nothing.
+_STATIC = frozenset(
+    {"world_size", "rank", "micro_batch_size", "seed", "shuffle", "repeat", "dataset", "length", "group"}
+)
 
 
 class EnergonLoader:
@@ -55,85 +110,137 @@ class EnergonLoader:
         micro = spec.batch_size or 1
         self.explicit_global = spec.global_batch_size is not None
         G = spec.global_batch_size if self.explicit_global else micro * config.world_size
-        encoder = _Unbatched(spec.task_encoder) if spec.batch_size is None else spec.task_encoder
-        if getattr(spec.task_encoder, "decoder", "absent") is None:
-            spec.open_kwargs.setdefault("decode", False)
-        open_kwargs = dict(spec.open_kwargs)
-        handler = spec.handler
-        opened = isinstance(spec.path, (Source, Blend))  # get_val_datasets hands out opened sources
-        dataset = spec.path if opened else open_dataset(spec.path, split=spec.split_part, **open_kwargs)
+        online = spec.packing_buffer_size is not None
+        encoder = Unbatched(spec.task_encoder, online=online) if spec.batch_size is None else spec.task_encoder
+        dataset = spec.dataset if spec.dataset is not None else spec.path
         self.spec, self.worker_config = spec, config
-        self.loader = Loader(
-            dataset,
-            global_batch_size=G,
-            micro_batch_size=micro,
-            seed=config.seed_offset,
-            shuffle=spec.shuffle,
-            rank=config.rank,
-            world_size=config.world_size,
-            num_workers=config.num_workers,
-            task_encoder=encoder,
-            repeat=spec.repeat,
-            data_parallel_group=config.data_parallel_group,
-            prefetch_factor=prefetch_factor if config.num_workers else None,
-            persistent_workers=bool(config.num_workers),
-            # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
-            on_error="substitute" if handler is not None else "raise",
-            error_handler=handler,
-            stage=_stage(spec),
-        )
-        self._iterator: Any = None
-        self._start = self.loader.state_dict()  # where every new pass begins
+        self.loader: Loader | None = None
+        self._val: ValPlan | None = None
+        self._stream: LoaderStream | None = None
+        on_error = "substitute" if spec.handler is not None else "raise"
+        resolved = ResolvedEncoder(encoder, online=online)
+        sources = _val_sources(spec, dataset, resolved)
+        if sources is not None:  # Energon's val order, exactly (datareel.energon.val)
+            maker = BatchMaker(
+                sources, resolved, ExecOptions.of(config.seed_offset, False, on_error, None, spec.handler)
+            )
+            self._val = ValPlan(
+                maker,
+                [len(s) for s in sources],
+                world_size=config.world_size,
+                rank=config.rank,
+                num_workers=config.num_workers,
+                batch_size=micro,
+                drop_last=spec.drop_last,
+                prefetch_factor=prefetch_factor,
+                seed=config.seed_offset,
+            )
+            bases: list[Any] = list(self._val.bases)
+        else:
+            if spec.drop_last:
+                raise OptionError(
+                    "get_val_dataset: batch_drop_last=True is supported in Energon's val order only, which "
+                    "online packing and generator encode_sample do not keep; drop batch_drop_last"
+                )
+            self.loader = Loader(
+                dataset,
+                global_batch_size=G,
+                micro_batch_size=micro,
+                seed=config.seed_offset,
+                shuffle=spec.shuffle,
+                rank=config.rank,
+                world_size=config.world_size,
+                num_workers=config.num_workers,
+                task_encoder=encoder,
+                repeat=spec.repeat,
+                data_parallel_group=config.data_parallel_group,
+                prefetch_factor=prefetch_factor if config.num_workers else None,
+                persistent_workers=bool(config.num_workers),
+                # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
+                on_error=on_error,
+                error_handler=spec.handler,
+                stage=_stage(spec),
+            )
+            self._stream = LoaderStream(self.loader, self.loader.state_dict())  # passes start where it was built
+            bases = [self._stream]  # datareel's order is the rank's, whatever its workers
+        self._passes = Passes([self._wrapped(base, w, len(bases)) for w, base in enumerate(bases)])
+        # with worker processes Energon keeps a pass left early and resumes it at the next iter()
+        self._keep = config.num_workers > 0
+        self._live: Any = None  # a pass left early, resumed by the next iter() (with worker processes)
+        self._live_token: object = None
         self.agree_restored_state = bool(agree_restored_state)
         self._restored: dict[str, Any] | None = None  # what restore_state_rank gave this rank, if anything
         self._agreed = False  # the restored states were agreed across the group since the last restore
 
-    # -- iteration: Energon's virtual epochs (virtual_epoch_length batches per for-loop) -------------
+    def _wrapped(self, base: Any, worker: int, workers: int) -> Any:
+        """One worker's stream: virtual epochs, then the LimitDataset / RepeatDataset wrappers in order."""
+        from .datasets import Repeat
+
+        stream = base
+        if self.spec.virtual_epoch_length:
+            stream = Epochize(stream, local_share(self.spec.virtual_epoch_length, workers, worker))
+        where = f"worker {worker} of rank {self.worker_config.rank}"
+        for wrapper in self.spec.wrappers:
+            if isinstance(wrapper, Repeat):
+                stream = RepeatStream(stream, wrapper.repeats, wrapper.restart, where)
+            else:
+                stream = LimitStream(stream, local_share(wrapper.length, workers, worker))
+        return stream
+
+    # -- iteration: Energon's passes (datareel.energon.passes) ----------------------------------------
     def __iter__(self) -> Any:
-        limit = self.spec.limit if self.spec.limit is not None else (self.spec.virtual_epoch_length or None)
-        if self._iterator is None:
-            self._agree()
-            self._iterator = iter(self.loader)
-        count = 0
-        while limit is None or count < limit:
-            try:
-                batch = next(self._iterator)
-            except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
-                self._iterator = None
-                self.loader.load_state_dict(self._start)
-                return
-            count += 1
-            yield batch
-        if self.spec.limit is not None:
-            self._iterator = None
-            if self.spec.reset_after_epoch:  # LimitDataset(reset_after_epoch=True): the same batches each pass
-                self.loader.load_state_dict(self._start)
+        self._agree()
+        if self._live is not None:
+            return self._live
+        token = object()
+        live = _pass(weakref.ref(self), self._val, self._passes, token)
+        self._live, self._live_token = (live if self._keep else None), token
+        return live
+
+    def global_batches(self) -> Any:
+        """datareel's :meth:`~datareel.Loader.global_batches` (one group of micro-batches per optimizer step)
+        from the loader's position, after the restored states are agreed."""
+        loader = self._datareel("global_batches")
+        self._agree()
+        return (Group(group) for group in loader.global_batches())
 
     def __len__(self) -> int:
-        """Batches this rank yields per epoch (Energon's ``len``): the virtual epoch, or one pass."""
-        if self.spec.virtual_epoch_length:
-            return self.spec.virtual_epoch_length
-        if self.spec.repeat and self.spec.limit is not None:  # LimitDataset(RepeatDataset(...), length)
-            return self.spec.limit
-        length = self.loader.length if self.loader.length is not None else self.loader.plan.epoch_length
-        if length is None:
-            raise TypeError("a weighted blend is endless: set virtual_epoch_length to give the loader a length")
-        batches = self.loader.layout.rank_steps(self.loader.rank, length)
-        return batches if self.spec.limit is None else min(self.spec.limit, batches)
+        """Batches this rank yields per pass (Energon's ``len``: its workers' shares summed)."""
+        return len(self._passes)
+
+    def close(self) -> None:
+        """Stop worker processes (also done when the loader is garbage-collected)."""
+        self._live = None
+        if self.loader is not None:
+            self.loader.close()
+        if self._val is not None:
+            self._val.close()
 
     # -- state, Energon's calling conventions --------------------------------------------------------
     def save_state_rank(self) -> dict[str, Any]:
-        return self.loader.state_dict()
+        self._agree()
+        return self._datareel("save_state_rank").state_dict()
 
     def restore_state_rank(self, state: Any) -> None:
+        loader = self._datareel("restore_state_rank")
         state = _one_state(state)
-        self._restore(lambda: self.loader.load_state_dict(state, allow_batch_size_change=self._allow_change))
+        self._restore(lambda: loader.load_state_dict(state, allow_batch_size_change=self._allow_change))
         self._restored, self._agreed = state, False
 
+    def _datareel(self, what: str) -> Loader:
+        if self.loader is None:
+            raise OptionError(
+                f"{what}: a val loader in Energon's order (get_val_dataset) keeps no datareel position (it has no "
+                f"global batches, and nothing to save or restore); Megatron does not checkpoint val loaders (every "
+                f"evaluation reads them afresh): save and restore the train loader"
+            )
+        return self.loader
+
     def _agree(self) -> None:
-        """Collective, once after construction or a per-rank restore: ranks that restored nothing adopt
-        the state the others restored; ranks that restored different states raise."""
-        if self._agreed:
+        """Collective, once after construction or a per-rank restore, at the first call that iterates,
+        saves or reads the position (every rank makes one): ranks that restored nothing adopt the state
+        the others restored; ranks that restored different states raise."""
+        if self._agreed or self.loader is None:
             return
         self._agreed = True
         group, world = self.loader.group, self.loader.world_size
@@ -158,24 +265,26 @@ class EnergonLoader:
                 self.loader.rank,
                 sorted(restored),
             )
-            self._restore(
-                lambda: self.loader.load_state_dict(restored[first], allow_batch_size_change=self._allow_change)
-            )
+            loader = self.loader
+            self._restore(lambda: loader.load_state_dict(restored[first], allow_batch_size_change=self._allow_change))
             self._restored = restored[first]
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
         """Gathers (and checks) every rank's state; on ``global_dst_rank`` a list with one state per rank."""
+        loader = self._datareel("save_state_global")
+        self._agree()
         group = self.worker_config.data_parallel_group
         dst = global_dst_rank
         if torch_dist.is_available() and torch_dist.is_initialized() and group is not None:
             dst = torch_dist.get_group_rank(group, global_dst_rank)
-        state = self.loader.save_state_global(dst_rank=dst)
-        return None if state is None else [state] * self.loader.world_size
+        state = loader.save_state_global(dst_rank=dst)
+        return None if state is None else [state] * loader.world_size
 
     def restore_state_global(self, state: Any, src_rank: int | None = None) -> None:
         """``src_rank=None``: every rank passes the global state; else only ``src_rank`` does."""
+        loader = self._datareel("restore_state_global")
         self._restore(
-            lambda: self.loader.restore_state_global(
+            lambda: loader.restore_state_global(
                 None if state is None else _one_state(state),
                 src_rank=src_rank,
                 allow_batch_size_change=self._allow_change,
@@ -188,7 +297,10 @@ class EnergonLoader:
         return self.spec.allow_batch_size_change
 
     def _restore(self, restore: Any) -> None:
-        self._iterator = None
+        self._live = None  # a pass left early is not resumed from another position
+        if self._stream is not None:
+            self._stream.iterator = None
+        self._passes.rewind()  # limits and virtual epochs count afresh from the restored position
         try:
             restore()
         except StateMismatchError as exc:
@@ -206,8 +318,20 @@ class EnergonLoader:
                 ) from None
             raise
 
-    def __getattr__(self, name: str) -> Any:  # cursor, accumulation_steps, close, ...
-        return getattr(self.loader, name)
+    def __getattr__(self, name: str) -> Any:
+        """The datareel Loader's (``cursor``, ``accumulation_steps``, ``global_batches``, ``close``, ...); what
+        reads the position first agrees the restored states (a collective: see :meth:`_agree`)."""
+        loader = self.__dict__.get("loader")
+        if name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        if loader is None:
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {name!r}: a val loader in Energon's order (get_val_dataset) "
+                f"has no datareel position"
+            )
+        if name not in _STATIC:
+            self._agree()
+        return getattr(loader, name)
 
 
 def _describe(schedule: Any) -> Any:
@@ -218,6 +342,16 @@ def _describe(schedule: Any) -> Any:
         return BatchSchedule.from_spec(schedule).describe()
     except DatareelError:
         return schedule
+
+
+def _val_sources(spec: DatasetSpec, dataset: Any, encoder: ResolvedEncoder) -> list[Source] | None:
+    """The datasets read in Energon's val order, when it can be kept: a val spec over one dataset or a
+    concatenation of them, one output per sample (online packing and a generator encode_sample plan
+    their outputs in datareel's windowed stage, in datareel's order)."""
+    if not spec.val or spec.packing_buffer_size is not None or encoder.windowed:
+        return None
+    children = dataset.children if isinstance(dataset, Concat) else (dataset,)
+    return list(children) if all(isinstance(c, Source) for c in children) else None
 
 
 def _stage(spec: DatasetSpec) -> WindowedStage | None:

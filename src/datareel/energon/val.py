@@ -1,0 +1,163 @@
+"""Energon's val order: which samples each (rank, worker) reads, and the batches it makes of them.
+
+``get_val_dataset`` reads in order, with no shuffle, and megatron.energon 7.4.1 shares the work
+out like this (checked beside it in tests/test_energon_val_loops.py):
+
+- the ``W × max(N, 1)`` workers of all ranks split each dataset into one contiguous slice each,
+  in (rank, worker) order; each gets ``floor(n / workers)`` samples and the ``n mod workers``
+  extra ones go to the workers that a generalized bit-reversal order (:func:`spread`) puts first,
+  that order starting after the worker the previous dataset's extras ended with (its rotation);
+- a worker reads its slice of each dataset in turn and cuts what it reads into batches (the last
+  one partial, unless ``batch_drop_last``);
+- the rank's loader takes its workers' batches in turn (:class:`~.passes.Passes`).
+
+:class:`ValPlan` turns those batches into datareel descriptors (reel position = the sample's
+index in the concatenated datasets, which keys its randomness) and makes them in a
+``torch.utils.data.DataLoader`` over datareel's stateless batch maker, in that order.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from ..execute.batch import BatchMaker
+from ..execute.workers import WorkerOptions, widen_result_pipe
+from ..reel.base import Descriptor
+from .passes import Batches, Passes
+
+
+def spread(n: int) -> list[int]:
+    """``range(n)`` in the order that spreads extra samples over workers (a bit reversal for powers of
+    two): each half ordered the same way, then interleaved, the first half's first."""
+    if n <= 2:
+        return list(range(n))
+    half = n // 2
+    left, right = spread(half), [half + i for i in spread(n - half)]
+    out = []
+    for i in range(len(right)):  # right is never shorter
+        if i < len(left):
+            out.append(left[i])
+        out.append(right[i])
+    return out
+
+
+def slice_counts(samples: int, workers: int, rotation: int) -> list[int]:
+    """Samples of one dataset per global worker (rank-major), the extras rotated by ``rotation``."""
+    least = int(samples / workers)  # Energon's rounding (a float quotient)
+    extra = samples % workers
+    counts = [least + (1 if (g - rotation) % workers < extra else 0) for g in range(workers)]
+    out = [0] * workers
+    for position, g in enumerate(spread(workers)):
+        out[g] = counts[position]
+    return out
+
+
+class WorkerSlice:
+    """One worker's samples: ``segments`` of ``(source_id, first_index, count, first_position)``."""
+
+    def __init__(self, segments: list[tuple[int, int, int, int]]):
+        self.segments = [s for s in segments if s[2] > 0]
+        self.size = sum(s[2] for s in self.segments)
+
+    def arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions int64[k], source_ids int32[k], indices int64[k]) of samples ``[start, stop)``."""
+        positions, sources, indices = [], [], []
+        offset = 0
+        for source_id, first, count, position in self.segments:
+            lo, hi = max(start - offset, 0), min(stop - offset, count)
+            if lo < hi:
+                positions.append(np.arange(position + lo, position + hi, dtype=np.int64))
+                indices.append(np.arange(first + lo, first + hi, dtype=np.int64))
+                sources.append(np.full(hi - lo, source_id, dtype=np.int32))
+            offset += count
+        return np.concatenate(positions), np.concatenate(sources), np.concatenate(indices)
+
+
+def worker_slices(sizes: Sequence[int], world_size: int, rank: int, num_workers: int) -> list[WorkerSlice]:
+    """This rank's workers' samples of the concatenated datasets of ``sizes``."""
+    per_rank = max(num_workers, 1)
+    workers = per_rank * world_size
+    segments: list[list[tuple[int, int, int, int]]] = [[] for _ in range(per_rank)]
+    before = 0
+    for source_id, size in enumerate(sizes):
+        counts = slice_counts(size, workers, before % workers)
+        starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        for w in range(per_rank):
+            g = rank * per_rank + w
+            segments[w].append((source_id, starts[g], counts[g], before + starts[g]))
+        before += size
+    return [WorkerSlice(s) for s in segments]
+
+
+class _Feed(Sampler[Descriptor]):
+    """The DataLoader's sampler: the descriptors of the plan's current pass (its iterator holds no plan:
+    the DataLoader that holds it is the plan's)."""
+
+    def __init__(self, plan: ValPlan):
+        super().__init__()
+        self._plan = weakref.ref(plan)
+
+    def __iter__(self) -> Iterator[Descriptor]:
+        plan = self._plan()
+        if plan is None or plan.passes is None:
+            return iter(())
+        return _descriptors(plan.slices, plan.passes)
+
+
+def _descriptors(slices: list[WorkerSlice], passes: Passes) -> Iterator[Descriptor]:
+    for step, (worker, (start, stop)) in enumerate(passes):
+        positions, sources, indices = slices[worker].arrays(start, stop)
+        yield Descriptor(step, positions, sources, indices)
+
+
+class ValPlan:
+    """One rank's Energon val batches, made by datareel's batch maker in worker processes."""
+
+    def __init__(
+        self,
+        maker: BatchMaker,
+        sizes: Sequence[int],
+        *,
+        world_size: int,
+        rank: int,
+        num_workers: int,
+        batch_size: int,
+        drop_last: bool,
+        prefetch_factor: int | None,
+        seed: int,
+    ):
+        self.maker, self.seed = maker, seed
+        self.slices = worker_slices(sizes, world_size, rank, num_workers)
+        self.bases = [Batches(s.size, batch_size, drop_last) for s in self.slices]
+        self.workers = WorkerOptions(
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor if num_workers else None,
+            persistent_workers=bool(num_workers),
+        )
+        self.passes: Passes | None = None  # the wrapped workers' streams over `bases` (given by iterate)
+        self._dataloader: Any = None
+        self._inner: Any = None  # a weak reference to the DataLoader iterator of the current pass
+
+    def iterate(self, passes: Passes) -> Iterator[Any]:
+        """One pass of ``passes`` (this rank's wrapped worker streams over :attr:`bases`): the batches,
+        made by a DataLoader in the pass's order."""
+        self.passes = passes
+        if self._dataloader is None:
+            self._dataloader = self.workers.dataloader(self.maker, _Feed(self), seed=self.seed)
+        inner = iter(self._dataloader)
+        self._inner = weakref.ref(inner)
+        widen_result_pipe(inner)
+        return inner
+
+    def close(self) -> None:
+        """Stop the worker processes of the current pass now."""
+        inner = self._inner() if self._inner is not None else None
+        shutdown = getattr(inner, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self._dataloader = self._inner = None
