@@ -24,7 +24,14 @@ from .errors import BatchError, DatareelError, OptionError, check_int
 from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder, positions_tensor
 from .execute.planner import EncoderPlanner
-from .execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, end_with_this_process, widen_result_pipe
+from .execute.workers import (
+    WORKER_DEATHS,
+    WorkerOptions,
+    check_picklable,
+    dead_workers,
+    end_with_this_process,
+    widen_result_pipe,
+)
 from .groups import GlobalBatch, global_batches
 from .plan.layout import Layout
 from .plan.schedule import BatchSchedule, RampUp
@@ -142,6 +149,10 @@ class Loader:
             planner=EncoderPlanner(self._maker, stage.pack) if isinstance(stage, WindowedStage) else None,
             multiprocessing_context=multiprocessing_context,
         )
+        if num_workers or (isinstance(stage, WindowedStage) and stage.background):  # processes to send it to
+            named = [("task_encoder", task_encoder), ("error_handler", error_handler)]
+            named += [(f"dataset source {source.name!r}", source) for source in self.sources]
+            check_picklable(self._maker, [(k, v) for k, v in named if v is not None], multiprocessing_context)
         self._cursor = self.reel.start()
         self.pending = CursorQueue()  # cursors of the batches the current iterator has not handed out yet
         self._generation = 0
