@@ -268,3 +268,33 @@ def test_an_interrupt_while_making_a_batch_costs_no_batch(tmp_path, workers):
     loader.close()
     gc.collect()
     assert got == reference()
+
+
+class UnpicklableBatch:
+    """``batch`` returns something that cannot cross to the training process for micro-batch 2 only."""
+
+    def batch(self, samples):
+        return {"ids": samples, "extra": (lambda: 0) if samples[0] == 8 else None}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_batch_that_does_not_pickle_is_a_named_error_not_a_hang(workers):
+    """torch's worker queue pickles a batch in a thread that printed the error and dropped the batch: the
+    training process waited for it forever. Now next() raises a BatchError for that micro-batch (a property
+    of the batch: it counts as consumed) and the iterator goes on."""
+    loader = datareel.Loader(data(), shuffle=False, num_workers=workers, task_encoder=UnpicklableBatch(), **OPTIONS)
+    got = []
+    it = iter(loader)
+    with must_return():
+        while len(got) < 5:
+            try:
+                got.append(next(it)["ids"])
+            except datareel.BatchError as exc:
+                assert "reel positions 8..11" in str(exc) and "does not pickle" in str(exc), exc
+                assert "no lambdas, generators" in str(exc)  # the fix
+                assert loader.cursor == 12  # counted, as every deterministic failure of a batch
+                got.append("failed")
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], "failed", [12, 13, 14, 15], [16, 17, 18, 19]]
+    del it
+    loader.close()
+    gc.collect()

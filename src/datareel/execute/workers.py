@@ -9,6 +9,7 @@ import functools
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import OptionError, check_int
+from ..errors import BatchError, OptionError, check_int
 from ..lifetime import die_with_parent
 
 
@@ -84,8 +85,38 @@ def end_with_this_process(dataloader: DataLoader) -> None:
 
 
 def worker_started(parent: int, pdeathsig: bool, worker_id: int) -> None:
-    """The DataLoader's ``worker_init_fn`` (see :func:`end_with_this_process`)."""
+    """The DataLoader's ``worker_init_fn``: the worker ends with the training process (see
+    :func:`end_with_this_process`), and a batch that does not pickle is reported, not lost
+    (:func:`_report_unpicklable_batches`)."""
     die_with_parent(parent, pdeathsig=pdeathsig)
+    _report_unpicklable_batches(sys._getframe(1))
+
+
+def _report_unpicklable_batches(caller: Any) -> None:
+    """torch's worker puts each batch into a ``multiprocessing`` queue whose feeder thread pickles it later;
+    one that does not pickle (a lambda or a generator in what ``batch`` / ``encode_batch`` returned) was
+    printed and dropped there, and the training process waited for it forever. The worker's result
+    queue (``data_queue`` in torch's worker loop, which calls this) now sends a :class:`BatchError` in
+    its place: a property of the batch, raised by ``next()`` for that micro-batch."""
+    queue = getattr(caller, "f_locals", {}).get("data_queue")
+    if queue is not None and hasattr(queue, "_on_queue_feeder_error"):
+        queue._on_queue_feeder_error = functools.partial(_unpicklable_batch, queue)
+
+
+def _unpicklable_batch(queue: Any, error: BaseException, item: Any) -> None:
+    if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int)):
+        type(queue)._on_queue_feeder_error(error, item)  # not a batch (torch's own messages): as before
+        return
+    from torch._utils import ExceptionWrapper
+
+    positions = item[1].get("__positions__") if isinstance(item[1], dict) else None
+    which = f" (reel positions {positions[0]}..{positions[-1]})" if getattr(positions, "size", 0) else ""
+    failure = BatchError(
+        f"the micro-batch{which} a DataLoader worker made does not pickle ({type(error).__name__}: {error}), so "
+        f"it cannot reach the training process: return tensors, numpy arrays, numbers, strings, and lists, "
+        f"tuples or dicts of them from batch / encode_batch (no lambdas, generators, open files or locks)"
+    )
+    queue.put((item[0], ExceptionWrapper((BatchError, failure, None), where="in a DataLoader worker process")))
 
 
 def passthrough(batch: Any) -> Any:
