@@ -781,3 +781,47 @@ def test_a_tar_part_python_cannot_parse_names_shard_key_and_part(tmp_path, part,
     assert source.read(0)["txt"] == "fine"
     with pytest.raises(DatasetError, match=rf"s\.tar key 'k1': cannot decode {named}"):
         source.read(1)
+
+
+# -- review of issue 25: a zero count, repeated keys, unknown .info.json keys, a non-UTF-8 JSONL line --
+
+
+def info_edit(root: Path, **counts) -> None:
+    """Set shard counts of ``root``'s ``.info.json`` (``p0=0``: ``parts/p-0.tar``) and put both shards in train."""
+    meta = root / ".nv-meta"
+    info = json.loads((meta / ".info.json").read_text())
+    for shard, count in counts.items():
+        info["shard_counts"][f"parts/p-{shard[1:]}.tar"] = count
+    (meta / ".info.json").write_text(json.dumps(info))
+    (meta / "split.yaml").write_text(yaml.safe_dump({"split_parts": {"train": ["parts/p-0.tar", "parts/p-1.tar"]}}))
+
+
+@pytest.mark.parametrize("zero", ["p0", "p1"])
+def test_a_zero_count_for_a_shard_that_holds_samples_is_refused_at_open(tmp_path, world, zero):
+    """A count of 0 dropped the shard silently: the count-vs-index check ran on a shard's first read, and
+    no sample of a 0-count shard is ever read. Now a 0-count shard is checked when the split is opened."""
+    root = tmp_path / "crude"
+    shutil.copytree(world / "crude", root)
+    info_edit(root, **{zero: 0})
+    shard = root / "parts" / f"p-{zero[1:]}.tar"
+    with pytest.raises(DatasetError, match=rf"index {shard}.idx holds 3 samples but .nv-meta/.info.json says 0"):
+        datareel.open_dataset(root)
+    with pytest.raises(DatasetError, match=r"holds 3 samples but .* says 0"):
+        datareel.open_dataset(root, split=None)
+    (root / "parts" / f"p-{zero[1:]}.tar.idx").unlink()
+    with pytest.raises(DatasetError, match=rf"index file {shard}.idx is missing"):
+        datareel.open_dataset(root)
+
+
+def test_a_shard_that_is_really_empty_opens_with_a_zero_count(tmp_path):
+    root = tmp_path / "d"
+    write_shard(root / "parts" / "p-0.tar", [("a", {"txt": b"x"})])
+    write_shard(root / "parts" / "p-1.tar", [])
+    prepare_webdataset(root, split_ratio="1,0,0", sample_type="CrudeWebdataset", progress=False)
+    info_edit(root)
+    assert json.loads((root / ".nv-meta" / ".info.json").read_text())["shard_counts"]["parts/p-1.tar"] == 0
+    source = datareel.open_dataset(root)
+    assert [source.read(i)["__key__"] for i in range(len(source))] == ["a"]
+    (root / "parts" / "p-1.tar").write_bytes(b"\0" * 10)  # the empty shard truncated: its end blocks gone
+    with pytest.raises(DatasetError, match=r"p-1.tar \(10 bytes\) no longer matches its index"):
+        datareel.open_dataset(root)

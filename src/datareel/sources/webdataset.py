@@ -3,7 +3,8 @@
 Sample ``i`` of a split is found by arithmetic on the split's per-shard counts
 (or, when samples are excluded by key, through the sorted excluded indices), then read
 with one positioned read of ``[idx[i], idx[i+1])`` from its shard.  Opening
-reads the metadata only; a shard is opened and checked on its first use in
+reads the metadata only (and checks each shard whose count is 0, which no read
+would); a shard is opened and checked on its first use in
 the process that reads it (DataLoader workers open their own after fork),
 through the process's bounded set of open shards (:mod:`.handles`).  In a
 bucket, a micro-batch's samples are fetched together (:meth:`prefetch`).
@@ -93,6 +94,10 @@ class WebDatasetSource(Source):
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._etags = meta.read_etags(self.root) if self._remote else {}  # shard -> ETag when indexed
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
+        # a 0-count shard is never read, so its first-use check would never run: check it now (index and
+        # tar end), or a count of 0 written for a shard holding samples would drop them without a word
+        for s in np.flatnonzero(self.counts == 0).tolist():
+            self._check_shard(s)
         dropped = self._dropped_indices() if self.split.excluded_samples else None  # (D,) sorted, or None
         # kept samples before each dropped one (D,), non-decreasing: kept sample i is split index
         # i + (dropped ones at or before it) -- O(D) memory, whatever the split's size
@@ -108,10 +113,14 @@ class WebDatasetSource(Source):
         from tqdm import tqdm
 
         for s in tqdm(range(len(self.shards)), unit="shard", desc="checking", disable=not progress):
-            if self._remote:
-                self._index(s)
-            else:
-                self._open_shard(s).close()
+            self._check_shard(s)
+
+    def _check_shard(self, s: int) -> None:
+        """Shard ``s`` checked as its first read would (a remote one's index is kept, as then)."""
+        if self._remote:
+            self._index(s)
+        else:
+            self._open_shard(s).close()
 
     def _checked(self, s: int, size: int, idx: np.ndarray, tail: Callable[[int], bytes]) -> None:
         """Shard ``s`` of ``size`` bytes agrees with its index ``idx`` (``tail(end)``: its 512 bytes at ``end``)."""
