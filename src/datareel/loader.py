@@ -364,7 +364,7 @@ class _LoaderIterator:
             raise
         self.workers = hasattr(self.inner, "_workers")  # torch's multi-process iterator
         if self.workers:
-            WORKER_DEATHS.install()  # torch installs its SIGCHLD handler when it starts its first workers
+            WORKER_DEATHS.install(self.inner)  # torch installs its SIGCHLD handler when it starts its first workers
         self.deaths = WORKER_DEATHS.deaths
         widen_result_pipe(self.inner)
         loader._iterators.add(self)

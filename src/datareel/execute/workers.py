@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
@@ -153,21 +154,27 @@ class WorkerDeaths:
     planning process's pipe.  A training step interrupted that way lost its batch while the cursor
     counted it: the next iterator skipped it.
 
-    This store wraps torch's handler once (main thread only) and lets it raise only while the main thread
-    waits inside a DataLoader's ``next()`` for workers (:meth:`wait`), outside the sampler
-    (:meth:`outside`); a death signalled at any other moment is counted in :attr:`deaths`, and each
-    iterator looks at its own workers (:func:`dead_workers`) in its next ``next()``.  torch's own check at
-    each wait (every 5 s, and when its ``timeout`` expires) still finds the rest.
+    This store wraps torch's handler once (main thread only) and lets it raise a death of datareel's own
+    workers (those of the DataLoader iterators passed to :meth:`install`) only while the main thread waits
+    inside a datareel ``next()`` for workers (:meth:`wait`), outside the sampler (:meth:`outside`); at any
+    other moment torch's handler runs with datareel's workers hidden from it, so it reports every other
+    DataLoader's dead worker (a user's own, beside datareel) exactly as it does without datareel, and a
+    signal it did not raise for is counted in :attr:`deaths`: each datareel iterator looks at its own
+    workers (:func:`dead_workers`) in its next ``next()``.  torch's own check at each wait (every 5 s, and
+    when its ``timeout`` expires) still finds the rest.
     """
 
     def __init__(self) -> None:
-        self.deaths = 0  # worker failures signalled while no datareel iterator waited for workers
+        self.deaths = 0  # SIGCHLDs (a child ended) while no datareel iterator waited for workers
         self._waiting = 0  # the main thread is inside a multi-process DataLoader's next()
         self._installed = False
         self._main = threading.main_thread().ident
+        self._ours: weakref.WeakSet[Any] = weakref.WeakSet()  # datareel's multi-process DataLoader iterators
 
-    def install(self) -> None:
-        """Wrap torch's ``SIGCHLD`` handler (once; only after torch has installed it, from the main thread)."""
+    def install(self, iterator: Any) -> None:
+        """Count ``iterator`` (a multi-process DataLoader iterator) as datareel's, and wrap torch's
+        ``SIGCHLD`` handler (once; only after torch has installed it, from the main thread)."""
+        self._ours.add(iterator)
         if self._installed or threading.get_ident() != self._main or not hasattr(signal, "SIGCHLD"):
             return
         from torch.utils.data._utils import signal_handling
@@ -177,15 +184,35 @@ class WorkerDeaths:
             return
 
         def handler(signum: int, frame: Any) -> None:
-            try:
-                torch_handler(signum, frame)
-            except RuntimeError as exc:
-                if self._waiting or not _raised_in(exc, torch_handler):
-                    raise  # inside DataLoader's next() (the loader's iterator catches it), or not torch's report
-                self.deaths += 1
+            if self._waiting:
+                torch_handler(signum, frame)  # inside datareel's next(): the loader's iterator catches it
+                return
+            with self._hidden():
+                torch_handler(signum, frame)  # any other DataLoader's dead worker: raised as torch does
+            self.deaths += 1
 
         signal.signal(signal.SIGCHLD, handler)
         self._installed = True
+
+    @contextlib.contextmanager
+    def _hidden(self) -> Iterator[None]:
+        """datareel's workers out of torch's registry of worker pids (what its handler checks), for a moment."""
+        from torch.utils.data._utils import signal_handling
+
+        hidden = []
+        for iterator in list(self._ours):
+            if getattr(iterator, "_worker_pids_set", False):
+                pids = tuple(w.pid for w in getattr(iterator, "_workers", []))
+                try:
+                    signal_handling._remove_worker_pids(id(iterator))
+                except Exception:  # not registered after all: leave it
+                    continue
+                hidden.append((id(iterator), pids))
+        try:
+            yield
+        finally:
+            for key, pids in hidden:
+                signal_handling._set_worker_pids(key, pids)
 
     def wait(self) -> bool:
         """Enter a wait for workers (returns whether it counts: main thread only); :meth:`done` ends it."""
@@ -212,15 +239,6 @@ class WorkerDeaths:
 
 
 WORKER_DEATHS = WorkerDeaths()
-
-
-def _raised_in(exc: BaseException, function: Any) -> bool:
-    """Whether ``exc`` was raised by ``function``'s own code (torch's handler reports a dead worker from a
-    C call it makes), not by a function it called (the handler torch chained to)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code is getattr(function, "__code__", None)
 
 
 def dead_workers(iterator: Any) -> str:
