@@ -825,3 +825,89 @@ def test_a_shard_that_is_really_empty_opens_with_a_zero_count(tmp_path):
     (root / "parts" / "p-1.tar").write_bytes(b"\0" * 10)  # the empty shard truncated: its end blocks gone
     with pytest.raises(DatasetError, match=r"p-1.tar \(10 bytes\) no longer matches its index"):
         datareel.open_dataset(root)
+
+
+DUPLICATES = {
+    "dataset.yaml top level": (
+        ".nv-meta/dataset.yaml",
+        "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors: {a: 1}\nsubflavors: {b: 2}\n",
+        r"line 4: key 'subflavors' appears twice \(first on line 3\): \{'a': 1\} and then \{'b': 2\}",
+    ),
+    "dataset.yaml nested": (
+        ".nv-meta/dataset.yaml",
+        "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors: {a: 1, a: 2}\n",
+        r"line 3: key 'a' appears twice \(first on line 3\): 1 and then 2",
+    ),
+    "split.yaml split name": (
+        ".nv-meta/split.yaml",
+        "split_parts:\n  train: [parts/p-0.tar]\n  train: [parts/p-1.tar]\n",
+        r"line 3: key 'train' appears twice \(first on line 2\)",
+    ),
+    "split.yaml top level": (
+        ".nv-meta/split.yaml",
+        "split_parts: {train: [parts/p-0.tar]}\nexclude: []\nexclude: [parts/p-0.tar/crude00]\n",
+        r"line 3: key 'exclude' appears twice \(first on line 2\): \[\] and then \['parts/p-0.tar/crude00'\]",
+    ),
+    ".info.json shard": (
+        ".nv-meta/.info.json",
+        '{"energon_version": "x", "shard_counts": {"parts/p-0.tar": 3, "parts/p-1.tar": 3, "parts/p-0.tar": 0}}',
+        r": key 'parts/p-0.tar' appears twice in one object: 3 and then 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DUPLICATES))
+def test_a_key_repeated_in_a_metadata_file_is_refused_naming_file_line_and_values(tmp_path, world, case):
+    """YAML (and JSON) keep the last of two equal keys: one of the values was dropped without a word."""
+    name, text, named = DUPLICATES[case]
+    root = tmp_path / "crude"
+    shutil.copytree(world / "crude", root)
+    (root / name).write_text(text)
+    with pytest.raises(DatasetError, match=named) as caught:
+        read_everything(root)
+    assert str(caught.value).startswith((f"{root / name} line ", f"{root / name}: "))
+
+
+def test_a_key_repeated_in_a_metadataset_is_refused(tmp_path, world):
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        f"      - path: {world / 'crude'}\n        weight: 1\n        weight: 5\n"
+    )
+    with pytest.raises(DatasetError, match=r"line 8: key 'weight' appears twice \(first on line 7\): 1 and then 5"):
+        datareel.open_dataset(path)
+    merged = tmp_path / "merged.yaml"  # a merge key's entries overridden by the mapping's own: YAML's rule, kept
+    merged.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nbase: &b {path: x, weight: 1}\nsplits:\n"
+        f"  train:\n    blend:\n      - <<: *b\n        path: {world / 'crude'}\n"
+    )
+    with pytest.raises(DatasetError, match=r"unknown key 'base'"):  # past the duplicate check
+        datareel.open_dataset(merged)
+
+
+@pytest.mark.parametrize(
+    "info,named",
+    [
+        ({"shard_countz": {}}, r"unknown key 'shard_countz' \(did you mean 'shard_counts'\?\)"),
+        ({"energon_verison": "7"}, r"unknown key 'energon_verison' \(did you mean 'energon_version'\?\)"),
+        ({"splits": 1}, r"unknown key 'splits'; .*takes energon_version, shard_counts"),
+    ],
+)
+def test_an_unknown_key_in_info_json_is_refused_with_a_did_you_mean(tmp_path, world, info, named):
+    """Energon 7.4.1 writes energon_version and shard_counts only (its WebdatasetInfo); any other key was
+    read as if absent."""
+    root = tmp_path / "crude"
+    shutil.copytree(world / "crude", root)
+    path = root / ".nv-meta" / ".info.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **info}))
+    with pytest.raises(DatasetError, match=named) as caught:
+        datareel.open_dataset(root)
+    assert str(caught.value).startswith(str(path))
+
+
+def test_energon_writes_only_the_info_keys_datareel_takes(tmp_path):
+    from megatron.energon.flavors.webdataset.structs import WebdatasetInfo
+    from megatron.energon.typed_converter import to_json_object
+
+    written = to_json_object(WebdatasetInfo(energon_version="7.4.1", shard_counts={"a.tar": 1}))
+    assert set(written) == {"energon_version", "shard_counts"}

@@ -22,7 +22,58 @@ from ..errors import INT64_LIMIT, DatasetError
 from ..storage import AccessDenied, NotFound
 
 META = ".nv-meta"
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader (~10x faster) where built
+
+
+class _RepeatedKey(Exception):
+    """A key given twice in one mapping (``line``/``first``: 1-based, ``None`` in JSON)."""
+
+    def __init__(self, key: Any, old: Any, new: Any, line: int | None = None, first: int | None = None):
+        super().__init__(key)
+        self.key, self.old, self.new, self.line, self.first = key, old, new, line, first
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader (~10x faster) where built, refusing a key repeated in a mapping (YAML keeps
+    the last and drops the others without a word).  A merge key's (``<<: *base``) entries may be given
+    again beside it: that is how YAML overrides them."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:  # each mapping's first step, before merging
+        checked = self.__dict__.setdefault("_checked", set())
+        if id(node) not in checked:
+            checked.add(id(node))
+            seen: dict[tuple[str, str], tuple[yaml.Node, yaml.Node]] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # a key that is not a string is refused later (_check_bounded)
+                key = key_node.tag, key_node.value  # a string key: its text ('a' and "a" are one key)
+                if key in seen:
+                    first_key, first_value = seen[key]
+                    raise _RepeatedKey(
+                        self.construct_object(key_node),
+                        self.construct_object(first_value, deep=True),
+                        self.construct_object(value_node, deep=True),
+                        key_node.start_mark.line + 1,
+                        first_key.start_mark.line + 1,
+                    )
+                seen[key] = key_node, value_node
+        super().flatten_mapping(node)
+
+
+SAFE_LOADER = _Loader
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (``json`` keeps the last)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: dict[str, Any] = {}
+        for key, item in pairs:
+            if key in seen:
+                raise _RepeatedKey(key, seen[key], item)
+            seen[key] = item
+    return value
+
+
 MAX_NODES = 100_000  # values one metadata file may add through YAML aliases (each use counted)
 MAX_DEPTH = 64  # nesting of one metadata file
 
@@ -133,7 +184,18 @@ def load_file(path: Path, what: str = "", fix: str = "re-run `datareel prepare` 
     except OSError as exc:
         raise DatasetError(f"cannot read {label}: {exc.strerror or exc}; {fix}") from None
     try:
-        value = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=SAFE_LOADER)
+        if path.suffix == ".json":
+            value = json.loads(text, object_pairs_hook=_json_object)
+        else:
+            value = yaml.load(text, Loader=SAFE_LOADER)
+    except _RepeatedKey as exc:
+        where = f" line {exc.line}: key {_short(exc.key)} appears twice (first on line {exc.first})"
+        if exc.line is None:  # JSON: the parser gives no position
+            where = f": key {_short(exc.key)} appears twice in one object"
+        raise DatasetError(
+            f"{label}{where}: {_short(exc.old)} and then {_short(exc.new)}; a mapping gives each key once (a "
+            f"parser would keep the last and drop the other without a word): remove one"
+        ) from None
     except RecursionError:
         raise DatasetError(f"cannot read {label}: it is nested too deeply to parse; {fix}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
@@ -198,12 +260,18 @@ def _check_bounded(value: Any, path: Path) -> None:
     visit(value, 0, False)
 
 
+INFO_KEYS = ("energon_version", "shard_counts")
+"""The keys of ``.info.json`` / ``.info.yaml``: all Energon 7.4.1 writes (its ``WebdatasetInfo``)."""
+
+
 def read_info(root: Path) -> dict[str, int]:
     """Shard path (relative to root) -> sample count, from ``.info.json`` (or ``.info.yaml``)."""
     meta = root / META
     path = meta / ".info.json" if (meta / ".info.json").is_file() else meta / ".info.yaml"
     fix = f"re-run `datareel prepare` or `energon prepare` on {root}"
     info = load_file(path, fix=fix)
+    if isinstance(info, dict):
+        check_keys(info, INFO_KEYS, str(path), "an info file")
     counts = info.get("shard_counts") if isinstance(info, dict) else None
     if not isinstance(counts, dict):
         raise DatasetError(
