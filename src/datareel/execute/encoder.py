@@ -48,6 +48,17 @@ def _is_meta(key: object) -> bool:
     return isinstance(key, str) and key.startswith("__") and key.endswith("__")
 
 
+def _is_dataclass(sample: Any) -> bool:
+    return dataclasses.is_dataclass(sample) and not isinstance(sample, type)
+
+
+def _record(sample: Any) -> Mapping[str, Any] | None:
+    """A dict or dataclass sample as a mapping of its keys (fields); ``None`` for any other sample."""
+    if _is_dataclass(sample):
+        return {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
+    return sample if isinstance(sample, Mapping) else None
+
+
 class DefaultTaskEncoder:
     """Identity per sample; collates like ``torch.utils.data.default_collate``.
 
@@ -59,19 +70,22 @@ class DefaultTaskEncoder:
         return sample
 
     def batch(self, samples: list[Any]) -> Any:
-        if samples and dataclasses.is_dataclass(samples[0]) and not isinstance(samples[0], type):
-            samples = [{f.name: getattr(s, f.name) for f in dataclasses.fields(s)} for s in samples]
-        if samples and isinstance(samples[0], Mapping):
-            keys = list(samples[0].keys())
-            for sample in samples[1:]:
-                if not isinstance(sample, Mapping) or list(sample.keys()) != keys:
-                    got = list(sample.keys()) if isinstance(sample, Mapping) else type(sample).__name__
+        if samples and _record(samples[0]) is not None:
+            first = _is_dataclass(samples[0])
+            records = [_record(s) if _is_dataclass(s) == first else None for s in samples]  # one kind only
+            keys = list(records[0] or ())
+            for sample, record in zip(samples[1:], records[1:]):
+                if record is None or list(record.keys()) != keys:
+                    got = list(record.keys()) if record is not None else type(sample).__name__
                     raise DatareelError(
                         f"cannot collate a micro-batch whose samples differ in keys: {keys} vs "
                         f"{got}; make encode_sample return the same keys for every sample, or "
                         f"give the task encoder its own batch()"
                     )
-            return {k: ([s[k] for s in samples] if _is_meta(k) else _collate(k, [s[k] for s in samples])) for k in keys}
+            return {
+                k: ([r[k] for r in records] if _is_meta(k) else _collate(k, [r[k] for r in records]))  # type: ignore[index]
+                for k in keys
+            }
         return _collate(None, samples)
 
     def encode_batch(self, batch: Any) -> Any:
