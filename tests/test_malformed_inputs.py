@@ -911,3 +911,16 @@ def test_energon_writes_only_the_info_keys_datareel_takes(tmp_path):
 
     written = to_json_object(WebdatasetInfo(energon_version="7.4.1", shard_counts={"a.tar": 1}))
     assert set(written) == {"energon_version", "shard_counts"}
+
+
+@pytest.mark.parametrize("line", [b"\xff\xfe", b'{"a": "\xff"}', b"\x80{}"])
+def test_prepare_names_a_jsonl_line_that_is_not_utf8(tmp_path, line, capsys):
+    from datareel.cli import main
+
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n' + line + b"\n")
+    with pytest.raises(DatasetError, match=rf"{path} line 3: not valid UTF-8 \(invalid start byte at byte \d+"):
+        prepare_jsonl(path)
+    assert main(["prepare", str(path), "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert "not valid UTF-8" in err and "JSON object" not in err

@@ -461,6 +461,13 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
                         _check_jsonl_sample(path, first, bytes(sample))
                         sample.clear()
                     if not (text.startswith(b"{") and text.endswith(b"}")):
+                        try:
+                            line.decode("utf-8")
+                        except UnicodeDecodeError as exc:  # say so, as the reader does, not "not a JSON object"
+                            raise DatasetError(
+                                f"{path} line {number}: not valid UTF-8 ({exc.reason} at byte {exc.start} of the "
+                                f"line); fix the line, then run `datareel prepare` again"
+                            ) from None
                         bom = " (it starts with a UTF-8 byte-order mark: save the file without one)"
                         raise DatasetError(
                             f"{path} line {number}: not a JSON object (must start with '{{' and end with '}}')"
