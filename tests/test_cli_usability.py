@@ -548,3 +548,56 @@ def test_info_follows_nested_and_legacy_metadatasets_and_bounds_hostile_ones(tmp
         (tmp_path / f"level{level}.yaml").write_text(head + "  train:\n    blend:\n" + items)
     assert main(["info", str(tmp_path / "level0.yaml")]) == 1
     assert "more than 100,000 blends and datasets" in capsys.readouterr().err
+
+
+# --- errors in the command line's words --------------------------------------------------------------------
+
+
+def test_a_split_the_dataset_lacks_is_named_as_the_split_flag(shards, job, capsys):
+    """The library's "pass one of them as split=" reads "as --split" on the command line."""
+    state, _ = job
+    for argv in (
+        ["preview", str(shards / "crude"), "--split", "nosuch"],
+        ["inspect", str(state), str(shards / "crude"), "--split", "nosuch"],
+        ["plot", str(shards / "crude"), "--split", "nosuch", "--global-batch-size", "2", "--steps", "1", "--out", "x"],
+    ):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert "split 'nosuch' is not in" in err and err.rstrip().endswith("pass one of them as --split"), err
+        assert "split=" not in err
+
+
+def test_an_image_decode_the_library_refuses_is_named_as_the_flag(shards, capsys):
+    assert main(["preview", str(shards / "crude"), "--decode", "--image-decode", "nosuch"]) == 1
+    err = capsys.readouterr().err
+    assert "--image-decode 'nosuch' is not one of" in err and "image_decode=" not in err, err
+
+
+def _argument_errors(job, tmp_path) -> list[list[str]]:
+    """One argv for each argument error each command reports itself (after argparse's own checks)."""
+    state, data = job
+    return [
+        ["demo", "--samples", "0"],
+        ["prepare", str(tmp_path), "--field-map", "{"],
+        ["prepare", "s3://bucket/data.jsonl"],
+        ["inspect", str(state), "--split", "val"],
+        ["inspect", str(state), str(data), "--dataset", str(tmp_path)],
+        ["verify", str(state), "--world-size", "1", "--micro-batch-size", "8"],
+        ["verify", str(state), str(data), "--world-size", "1", "--micro-batch-size", "8", "--show", "0"],
+        ["verify", str(state), str(data), "--world-size", "1", "--micro-batch-size", "8", "--allow-batch-size-change"],
+        ["preview", str(data), "--count", "0"],
+        ["preview", str(data), "--image-decode", "pil"],
+        ["plot", str(data), "--global-batch-size", "8", "--steps", "0", "--out", "x.png"],
+    ]
+
+
+def test_each_commands_argument_errors_show_that_commands_usage(job, tmp_path, capsys):
+    """`datareel preview DIR --count 0` printed the top-level usage (``datareel [-h] ... {demo,...}``) over
+    its error: each command's own checks report with the command's parser, as argparse's checks do."""
+    for argv in _argument_errors(job, tmp_path):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, (argv, err)
+        assert f"usage: datareel {argv[0]} " in err and f"datareel {argv[0]}: error: " in err, (argv, err)
+        assert "{demo," not in err, (argv, err)

@@ -15,6 +15,7 @@ import errno
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     common.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_subparser(common))
+    parser.set_defaults(commands=commands.choices)  # each command's parser, for its own argument errors
     demo = commands.add_parser(
         "demo",
         help="checkpoint on 4 ranks × 2 workers, resume on 3 × 1 and 2 × 0, compare with an uninterrupted run",
@@ -247,10 +249,9 @@ def _flush_after_error() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
-        code = _run(parser, args)
+        code = _run(args.commands[args.command], args)  # its argument errors show the command's usage
         sys.stdout.flush()  # here, not at interpreter exit: a reader gone by then is the quiet 141 below too
         return code
     except BrokenPipeError:  # the reader went away (`datareel ... | head`): stop quietly, as Unix tools do
@@ -259,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _flush_after_error()
         if args.debug:
             raise
-        print(f"datareel {args.command}: error: {exc}", file=sys.stderr)
+        print(f"datareel {args.command}: error: {_in_flags(str(exc))}", file=sys.stderr)
         if not isinstance(exc, DatareelError):
             print("(run with --debug for the traceback)", file=sys.stderr)
         return 1
@@ -269,6 +270,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"datareel {args.command}: interrupted; nothing half-written was kept", file=sys.stderr)
         return 130
+
+
+IN_FLAGS = (
+    # the library's words for a keyword argument -> the command line's flag
+    (re.compile(r"pass one of them as split=$"), "pass one of them as --split"),
+    (
+        re.compile(r"^image_decode=(.*) \(or None to keep image bytes\)$"),
+        r"--image-decode \1 (or none to keep image bytes)",
+    ),
+)
+
+
+def _in_flags(message: str) -> str:
+    """An error of the library, in the command line's words: ``--split``, not ``split=``."""
+    for pattern, flags in IN_FLAGS:
+        message = pattern.sub(flags, message)
+    return message
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
