@@ -25,7 +25,7 @@ import torch.distributed as torch_dist
 
 from .. import dist
 from ..blend.tree import Concat
-from ..errors import DatareelError, OptionError, StateMismatchError, check_int
+from ..errors import BatchError, DatareelError, OptionError, StateMismatchError, check_int
 from ..execute.batch import BatchMaker, ExecOptions
 from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
@@ -47,7 +47,9 @@ log = logging.getLogger("datareel")
 class LoaderStream:
     """This rank's micro-batches of the datareel loader, as one worker's stream (:mod:`.passes`): a pass
     left early continues; a finite pass that ended starts again from ``start`` (where the loader was
-    built)."""
+    built).  A ``next()`` that failed (a worker that died, ...) ended the datareel iterator, whose cursor
+    counts only batches handed out: the next pass makes a fresh one from that cursor (after a
+    :class:`~datareel.BatchError`, which counts as consumed, the iterator goes on)."""
 
     def __init__(self, loader: Loader, start: dict[str, Any]):
         self.loader, self.start = loader, start
@@ -62,6 +64,11 @@ class LoaderStream:
             except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
                 self.reset()
                 return
+            except BatchError:  # this batch failed in the making (counted by the cursor); the iterator goes on
+                raise
+            except BaseException:  # the iterator ended: the next pass continues from the loader's cursor
+                self.iterator = None
+                raise
             yield batch
 
     def reset(self) -> None:
@@ -77,16 +84,20 @@ class LoaderStream:
 
 
 def _pass(owner: Any, val: ValPlan | None, passes: Passes, token: object) -> Any:
-    """One pass of a facade loader (``owner``: a weak reference; the loader may keep this generator)."""
-    if val is not None:
-        for batch in val.iterate(passes):
-            yield unwrap(batch)
-    else:
-        for _worker, batch in passes:
-            yield unwrap(batch)
-    loader = owner()
-    if loader is not None and loader._live_token is token:
-        loader._live = None
+    """One pass of a facade loader (``owner``: a weak reference; the loader may keep this generator).
+    A pass that ended, or failed, is not kept: after a failure the next ``for`` continues it from the
+    streams' positions, which count only batches handed out (:mod:`.passes`)."""
+    try:
+        if val is not None:
+            for batch in val.iterate(passes):
+                yield unwrap(batch)
+        else:
+            for _worker, batch in passes:
+                yield unwrap(batch)
+    finally:
+        loader = owner()
+        if loader is not None and loader._live_token is token:
+            loader._live = None
 
 
 # Names read from the datareel Loader that hold no restored state: reading them agrees nothing.

@@ -21,6 +21,13 @@ processes Energon's loader keeps a pass left early (``break``) and resumes it at
 ``iter()``; without, every ``iter()`` starts a pass from the positions (the loader decides).
 Every node updates its position before it yields, so a generator left at a ``yield`` is simply
 never resumed.
+
+A ``next()`` that fails (a worker that died, ``KeyboardInterrupt``, ...) is a pass left early: every
+node's position counts only items that arrived, a node drops what it kept of the failed iteration
+(:class:`Epochize`'s, :class:`LoaderStream`'s), and the next ``for`` continues the pass from the
+item after the last one handed out.  A :class:`~datareel.BatchError` (a batch that failed in the
+making) counts as an item that arrived, as datareel's cursor counts it.  A val pass, whose positions
+its DataLoader's sampler runs ahead of, is replayed from its start instead (:meth:`Passes.mark`).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..errors import DatasetError
+from ..errors import BatchError, DatasetError
 
 _END = object()
 
@@ -73,6 +80,12 @@ class Batches:
     def reset(self) -> None:
         self.position = 0
 
+    def mark(self) -> Any:
+        return self.position
+
+    def seek(self, mark: Any) -> None:
+        self.position = mark
+
     def length(self) -> int:
         full, rest = divmod(self.samples, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
@@ -100,7 +113,15 @@ class Repeat:
                 if self.index >= stop_after:
                     break
             yielded = False
-            for item in self.inner.run():
+            items = self.inner.run()
+            while True:
+                try:
+                    item = next(items, _END)
+                except BatchError:  # an item that failed in the making counts as consumed
+                    self.index += 1
+                    raise
+                if item is _END:
+                    break
                 self.index += 1
                 yielded = True
                 yield item
@@ -120,6 +141,12 @@ class Repeat:
     def rewind(self) -> None:
         self.repetition = self.index = 0
 
+    def mark(self) -> Any:
+        return self.repetition, self.index
+
+    def seek(self, mark: Any) -> None:
+        self.repetition, self.index = mark
+
     def length(self) -> int:
         inner = self.inner.length()
         return inner if self.repeats is None else int(inner * self.repeats)
@@ -137,7 +164,11 @@ class Limit:
         if self.offset < self.limit:
             items = self.inner.run()
             for offset in range(self.offset, self.limit):
-                item = next(items, _END)
+                try:
+                    item = next(items, _END)
+                except BatchError:  # an item that failed in the making counts as consumed
+                    self.offset = offset + 1
+                    raise
                 if item is _END:
                     break
                 self.offset = offset + 1
@@ -151,6 +182,12 @@ class Limit:
 
     def rewind(self) -> None:
         self.offset = 0
+
+    def mark(self) -> Any:
+        return self.offset
+
+    def seek(self, mark: Any) -> None:
+        self.offset = mark
 
     def length(self) -> int:
         return self.limit
@@ -171,8 +208,14 @@ class Epochize:
         if self.active is None:
             self.active = self.inner.run()
         for offset in range(self.offset, self.epoch):
-            self.offset = (offset + 1) % self.epoch
-            item = next(self.active, _END)
+            try:
+                item = next(self.active, _END)
+            except BaseException as exc:  # the iteration ended with the error: the next pass asks `inner` again
+                self.active = None
+                if isinstance(exc, BatchError):  # an item that failed in the making counts as consumed
+                    self.offset = (offset + 1) % self.epoch
+                raise
+            self.offset = (offset + 1) % self.epoch  # also when `inner` ended (Energon's count)
             if item is _END:
                 break
             yield item
@@ -217,6 +260,21 @@ class Passes:
             while hasattr(stream, "inner"):
                 stream.rewind()
                 stream = stream.inner
+
+    def mark(self) -> list[Any]:
+        """Every node's position (streams of :class:`Batches`, :class:`Repeat` and :class:`Limit`: a val
+        loader's), for :meth:`seek`: a pass from a mark is the same pass again."""
+        return [node.mark() for node in self._nodes()]
+
+    def seek(self, marks: list[Any]) -> None:
+        for node, mark in zip(self._nodes(), marks):
+            node.seek(mark)
+
+    def _nodes(self) -> Iterator[Any]:
+        for stream in self.workers:
+            while stream is not None:
+                yield stream
+                stream = getattr(stream, "inner", None)
 
     def __len__(self) -> int:
         return sum(worker.length() for worker in self.workers)

@@ -14,10 +14,19 @@ out like this (checked beside it in tests/test_energon_val_loops.py):
 :class:`ValPlan` turns those batches into datareel descriptors (reel position = the sample's
 index in the concatenated datasets, which keys its randomness) and makes them in a
 ``torch.utils.data.DataLoader`` over datareel's stateless batch maker, in that order.
+
+A pass whose ``next()`` fails (a worker that died however it died, ``KeyboardInterrupt``, ...) is a
+pass left early: the next ``for`` continues it after the last batch handed out, with fresh workers
+(the DataLoader's sampler ran ahead of what was handed out, so the pass is replayed from its start
+without making the batches handed out); a :class:`~datareel.BatchError` counts as handed out.  A
+dead worker is reported by ``next()``, never in the loop's own code (as datareel's Loader does:
+:class:`~datareel.execute.workers.WorkerDeaths`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,10 +34,13 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
+from ..errors import BatchError
 from ..execute.batch import BatchMaker
-from ..execute.workers import WorkerOptions, widen_result_pipe
+from ..execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, end_with_this_process, widen_result_pipe
 from ..reel.base import Descriptor
 from .passes import Batches, Passes
+
+log = logging.getLogger("datareel")
 
 
 def spread(n: int) -> list[int]:
@@ -106,13 +118,22 @@ class _Feed(Sampler[Descriptor]):
         plan = self._plan()
         if plan is None or plan.passes is None:
             return iter(())
-        return _descriptors(plan.slices, plan.passes)
+        return _descriptors(plan.slices, plan.passes, plan.skip)
 
 
-def _descriptors(slices: list[WorkerSlice], passes: Passes) -> Iterator[Descriptor]:
+def _descriptors(slices: list[WorkerSlice], passes: Passes, skip: int) -> Iterator[Descriptor]:
+    """The pass's descriptors, but the first ``skip`` (handed out before the pass failed).  Lazy: torch's
+    DataLoader makes an iterator of its sampler that it never reads."""
     for step, (worker, (start, stop)) in enumerate(passes):
+        if step < skip:
+            continue
         positions, sources, indices = slices[worker].arrays(start, stop)
         yield Descriptor(step, positions, sources, indices)
+
+
+def _pending(inner: Any) -> bool:
+    """Whether torch's DataLoader iterator has batches still to hand out (sent to workers, not yet returned)."""
+    return bool(getattr(inner, "_rcvd_idx", 0) < getattr(inner, "_send_idx", 1))
 
 
 class ValPlan:
@@ -140,24 +161,82 @@ class ValPlan:
             persistent_workers=bool(num_workers),
         )
         self.passes: Passes | None = None  # the wrapped workers' streams over `bases` (given by iterate)
+        self.skip = 0  # batches of the pass the sampler leaves out (handed out before the pass failed)
+        self._failed: tuple[list[Any], int] | None = None  # the failed pass: (its start's marks, batches handed out)
         self._dataloader: Any = None
         self._inner: Any = None  # a weak reference to the DataLoader iterator of the current pass
 
     def iterate(self, passes: Passes) -> Iterator[Any]:
         """One pass of ``passes`` (this rank's wrapped worker streams over :attr:`bases`): the batches,
-        made by a DataLoader in the pass's order."""
+        made by a DataLoader in the pass's order; after a pass failed, the rest of that pass."""
         self.passes = passes
+        if self._failed is not None:
+            start, handed = self._failed
+            self._failed = None
+            passes.seek(start)
+        else:
+            start, handed = passes.mark(), 0
+        self.skip = handed
+        inner: Any = None
+        while True:
+            try:
+                if inner is None:
+                    inner = self._start()
+                    deaths = WORKER_DEATHS.deaths
+                if deaths != WORKER_DEATHS.deaths:  # a worker died while the loop ran: ours?
+                    deaths = WORKER_DEATHS.deaths
+                    dead = dead_workers(inner)
+                    if dead and _pending(inner):  # an idle worker at the pass's end costs nothing: it ends
+                        raise RuntimeError(f"DataLoader worker process ended unexpectedly: {dead}")
+                waiting = hasattr(inner, "_workers") and WORKER_DEATHS.wait()
+                try:
+                    batch = next(inner)
+                finally:
+                    WORKER_DEATHS.done(waiting)
+            except StopIteration:
+                return
+            except BaseException as exc:  # a worker died, an interrupt, a batch that failed: the pass goes on later
+                failed = isinstance(exc, BatchError)  # a property of the batch: it counts as handed out
+                handed += int(failed)
+                self._failed = (start, handed)
+                self._stop(inner)
+                note = (
+                    f"datareel: this val pass ended ({type(exc).__name__}); the next `for` over the loader continues "
+                    f"this pass after the {handed} batches handed out"
+                    + (" (the one that failed counts)" if failed else " (the batch being made is made again)")
+                    + ", with fresh workers"
+                )
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(note)
+                else:
+                    log.error("%s", note)
+                raise
+            handed += 1
+            yield batch
+
+    def _start(self) -> Any:
+        """The DataLoader's iterator for a pass (its workers reported as datareel's Loader's are)."""
+        persistent = getattr(self._dataloader, "_iterator", None)  # torch's kept iterator (persistent_workers)
+        if persistent is not None and dead_workers(persistent):  # a worker died between passes: fresh ones
+            self._stop(persistent)
         if self._dataloader is None:
             self._dataloader = self.workers.dataloader(self.maker, _Feed(self), seed=self.seed)
+            end_with_this_process(self._dataloader)  # workers end with this process, however it ends
         inner = iter(self._dataloader)
         self._inner = weakref.ref(inner)
+        if hasattr(inner, "_workers"):  # torch's multi-process iterator (its SIGCHLD handler is installed now)
+            WORKER_DEATHS.install(inner)
         widen_result_pipe(inner)
         return inner
 
-    def close(self) -> None:
-        """Stop the worker processes of the current pass now."""
-        inner = self._inner() if self._inner is not None else None
+    def _stop(self, inner: Any) -> None:
+        """Forget the DataLoader and stop its workers: a persistent DataLoader would reuse broken ones."""
         shutdown = getattr(inner, "_shutdown_workers", None)
         if shutdown is not None:
-            shutdown()
+            with contextlib.suppress(Exception):
+                shutdown()
         self._dataloader = self._inner = None
+
+    def close(self) -> None:
+        """Stop the worker processes of the current pass now."""
+        self._stop(self._inner() if self._inner is not None else None)
