@@ -315,7 +315,9 @@ def test_the_source_holds_no_unsafe_loading():
     ]
     from datareel.sources.energon_meta import SAFE_LOADER
 
-    assert SAFE_LOADER in (getattr(yaml, "CSafeLoader", None), yaml.SafeLoader)  # the one yaml.load's loader
+    safe = tuple(c for c in (getattr(yaml, "CSafeLoader", None), yaml.SafeLoader) if c is not None)
+    # the one yaml.load's loader: a safe loader (a subclass may refuse more), never one that builds objects
+    assert issubclass(SAFE_LOADER, safe) and not issubclass(SAFE_LOADER, yaml.constructor.FullConstructor)
     loads = [
         f"{path.relative_to(src)}:{n}"
         for path in sorted(src.rglob("*.py"))

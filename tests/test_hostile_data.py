@@ -466,17 +466,17 @@ def test_a_remote_dataset_naming_keys_outside_its_prefix_is_refused(tmp_path):
 
     root = world(tmp_path)
     with s3_server():
-        make_bucket("lake")
-        upload(tmp_path / "outside.tar", "s3://lake/data")
-        upload(tmp_path / "outside.tar.idx", "s3://lake/data")
+        make_bucket("hostile")  # its own bucket: clients are cached per URL (test_remote's "lake" is another server)
+        upload(tmp_path / "outside.tar", "s3://hostile/data")
+        upload(tmp_path / "outside.tar.idx", "s3://hostile/data")
         for name in ["../outside.tar", "a/../../outside.tar", "/data/outside.tar"]:
             name_shards(root, {"a.tar": 1, name: 1}, ["a.tar", name])
-            upload(root, f"s3://lake/data/d{len(name)}")
+            upload(root, f"s3://hostile/data/d{len(name)}")
             with pytest.raises(DatasetError, match=rf"\.info\.json: shard_counts names shard {name!r} (leads|is an)"):
-                datareel.open_dataset(f"s3://lake/data/d{len(name)}")
+                datareel.open_dataset(f"s3://hostile/data/d{len(name)}")
         name_shards(root, {"a.tar": 1, "x/../b.tar": 1}, ["a.tar", "x/../b.tar"])  # inside: read by its normal key
         (root / "b.tar").write_bytes((tmp_path / "outside.tar").read_bytes())
         (root / "b.tar.idx").write_bytes((tmp_path / "outside.tar.idx").read_bytes())
-        upload(root, "s3://lake/data/inside")
-        remote = datareel.open_dataset("s3://lake/data/inside")
+        upload(root, "s3://hostile/data/inside")
+        remote = datareel.open_dataset("s3://hostile/data/inside")
         assert [remote.key(i) for i in range(2)] == ["in0", "out0"]
