@@ -24,7 +24,6 @@ the next ``for`` goes on after it, and it counts towards the pass's limit or vir
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import itertools
 import os
@@ -36,6 +35,7 @@ import pytest
 import torch.utils.data
 
 from datareel import energon as den
+from test_hardening import must_return
 from test_worker_loss import die, wait_until_ended
 
 BATCH = 7  # the val dataset's 90 samples: 13 batches per pass with one worker, 14 with two
@@ -127,22 +127,6 @@ class Hung(BaseException):
     through)."""
 
 
-@contextlib.contextmanager
-def must_return(seconds: int = 60):
-    """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion."""
-
-    def hung(signum, frame):
-        raise Hung(f"did not return within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def cyclic_iter(loader):
     """Megatron's ``cyclic_iter`` (its EnergonDataloader reads val and train loaders through it), which
     spins for ever over a loader whose passes are empty: here two empty passes in a row end the test."""
@@ -192,7 +176,7 @@ class Loop:
         return len(self.failures) < 3  # a loader that fails for ever fails the test, never hangs it
 
     def run(self, pattern, *, passes=3, take=None, count=None, catch=(Exception,)):
-        with must_return():
+        with must_return(60, Hung):
             if pattern == "cyclic":
                 got: list = []
                 self.passes.append(got)

@@ -25,11 +25,12 @@ FUZZ_EXAMPLES = int(os.environ.get("DATAREEL_FUZZ_EXAMPLES", "60"))  # as in tes
 
 
 @contextlib.contextmanager
-def must_return(seconds: int = 10):
-    """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion."""
+def must_return(seconds: int = 10, exception: type[BaseException] = AssertionError):
+    """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion.  ``exception`` is what the
+    guard raises (a ``BaseException`` gets through loops that catch the loader's errors)."""
 
     def hung(signum, frame):
-        raise AssertionError(f"did not return within {seconds} s: an endless loop")
+        raise exception(f"did not return within {seconds} s: an endless loop")
 
     previous = signal.signal(signal.SIGALRM, hung)
     signal.alarm(seconds)

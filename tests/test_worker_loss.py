@@ -10,7 +10,6 @@ counted (the next iterator skipped it), and a persistent DataLoader kept its dea
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import gc
 import os
@@ -22,28 +21,13 @@ import psutil
 import pytest
 
 import datareel
+from test_hardening import must_return
 
 pytestmark = pytest.mark.slow  # worker processes
 
 OPTIONS = dict(global_batch_size=4, micro_batch_size=4, world_size=1, rank=0, seed=5)
 TOTAL = 10  # micro-batches each run hands out
 DIES_AT = 13  # a sample of micro-batch 3 (positions 12..15, unshuffled)
-
-
-@contextlib.contextmanager
-def must_return(seconds: int = 60):
-    """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion."""
-
-    def hung(signum, frame):
-        raise AssertionError(f"did not return within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def die(how: str) -> None:
@@ -123,7 +107,7 @@ def train(loader: datareel.Loader, step) -> tuple[list[list[int]], list[tuple[st
     fresh ``iter(loader)``. Returns the batches trained and where each failure surfaced."""
     trained: list[list[int]] = []
     failures: list[tuple[str, str]] = []
-    with must_return():
+    with must_return(60):
         while len(trained) < TOTAL and len(failures) < 3:
             it = iter(loader)
             while len(trained) < TOTAL:
@@ -196,7 +180,7 @@ def test_a_persistent_worker_killed_between_iterators_is_replaced(workers):
     ``iter(loader)`` starts fresh workers instead of failing on the dead one."""
     loader = datareel.Loader(data(), shuffle=False, num_workers=workers, persistent_workers=True, **OPTIONS)
     got = []
-    with must_return():
+    with must_return(60):
         it = iter(loader)
         got += [next(it).tolist() for _ in range(3)]
         victim = it.inner._workers[0].pid
@@ -252,7 +236,7 @@ def test_an_interrupt_while_making_a_batch_costs_no_batch(tmp_path, workers):
     )
     got = []
     it = iter(loader)
-    with must_return():
+    with must_return(60):
         with pytest.raises(BaseException) as info:  # in a worker: the worker exits (torch's RuntimeError, ...)
             while True:
                 got.append(next(it).tolist())
@@ -285,7 +269,7 @@ def test_a_batch_that_does_not_pickle_is_a_named_error_not_a_hang(workers):
     loader = datareel.Loader(data(), shuffle=False, num_workers=workers, task_encoder=UnpicklableBatch(), **OPTIONS)
     got = []
     it = iter(loader)
-    with must_return():
+    with must_return(60):
         while len(got) < 5:
             try:
                 got.append(next(it)["ids"])
