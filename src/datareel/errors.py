@@ -7,7 +7,8 @@ working:
 
 - :class:`OptionError` — a bad argument (to ``Loader``, ``Packing``, ``mix``, ``filter``, ...);
 - :class:`TopologyError` — batch sizes, world size or a cursor that cannot be laid out;
-- :class:`StateMismatchError` — a saved state from another spec;
+- :class:`StateError` — a saved state that cannot be restored: :class:`StateMismatchError` (another spec),
+  :class:`StateDamagedError` (damaged), :class:`ForeignStateError` (not datareel's, or another version);
 - :class:`DatasetError` — a problem with data on disk (missing shard, stale index, bad tar);
 - :class:`StorageError` — the machine or the store failed, not the sample (too many open files, an
   I/O error, retries run out, a listed file missing); :func:`sample_failure` tells the two apart;
@@ -86,15 +87,30 @@ class TopologyError(DatareelError, ValueError):
     """
 
 
-class StateMismatchError(DatareelError, ValueError):
-    """A saved loader state does not belong to the loader it is restored into.
+class StateError(DatareelError, ValueError):
+    """A saved loader state that cannot be restored here; one of the three kinds below."""
+
+
+class StateMismatchError(StateError):
+    """A saved loader state does not belong to the loader it is restored into (another seed, dataset,
+    packing, global batch size, ...).
 
     ``differences`` maps each differing field to ``(saved, current)``.
     """
 
-    def __init__(self, message: str, differences: dict[str, tuple[object, object]]):
+    def __init__(self, message: str, differences: dict[str, tuple[object, object]] | None = None):
         super().__init__(message)
-        self.differences = differences
+        self.differences = differences or {}
+
+
+class StateDamagedError(StateError):
+    """A saved state that is datareel's but damaged: a field missing, of the wrong type or out of range, a
+    failed check digest, a cursor that does not exist in its reel."""
+
+
+class ForeignStateError(StateError):
+    """Not a datareel loader state at all (an Energon state, another object), or one of a format version this
+    release does not read."""
 
 
 class BatchError(DatareelError):

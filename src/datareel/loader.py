@@ -20,22 +20,20 @@ from torch.utils.data import DataLoader
 from . import dist
 from .blend.build import build_plan
 from .blend.tree import Blend
-from .errors import BatchError, DatareelError, OptionError, check_int
-from .execute.batch import BatchMaker, ExecOptions
-from .execute.encoder import ResolvedEncoder, positions_tensor
-from .execute.planner import EncoderPlanner
+from .errors import BatchError, DatareelError, check_int
+from .execute.encoder import positions_tensor
 from .execute.workers import (
     WORKER_DEATHS,
     WorkerOptions,
-    check_picklable,
     dead_workers,
     end_with_this_process,
     widen_result_pipe,
 )
 from .groups import GlobalBatch, global_batches
+from .pipeline import build
 from .plan.layout import Layout
 from .plan.schedule import BatchSchedule, RampUp
-from .reel import Cursor, CursorQueue, Packing, WindowedStage, check_options, make_reel
+from .reel import Cursor, CursorQueue, Packing, WindowedStage
 from .reel.sampler import DescriptorSampler
 from .resume import restore_layout
 from .sources.base import Source
@@ -127,32 +125,22 @@ class Loader:
         )
         self.plan, self.sources = build_plan(dataset, seed=self.seed, shuffle=self.shuffle)
         self.packing = packing
-        check_options(packing, stage)
-        encoder = ResolvedEncoder(task_encoder, packing=packing, online=bool(getattr(stage, "pack", False)))
-        if stage is None and encoder.windowed:  # a generator encoder: its outputs are planned per window
-            if packing is not None:
-                raise OptionError(
-                    "a generator encode_sample runs in the windowed stage, and datareel.Packing plans packs from "
-                    "lengths before encoding: pack online instead (stage=WindowedStage(pack=True) with "
-                    "select_samples_to_pack), or make encode_sample return one sample"
-                )
-            stage = WindowedStage()
-        options = ExecOptions.of(self.seed, reseed_global_rng, on_error, packing, error_handler)
-        self._maker = BatchMaker(self.sources, encoder, options)
-        self.reel = make_reel(
+        pipeline = build(
             self.plan,
             self.sources,
-            packing,
-            repeat=self.repeat,
             name=dataset.name,
+            seed=self.seed,
+            repeat=self.repeat,
+            task_encoder=task_encoder,
+            packing=packing,
             stage=stage,
-            planner=EncoderPlanner(self._maker, stage.pack) if isinstance(stage, WindowedStage) else None,
+            reseed_global_rng=reseed_global_rng,
+            on_error=on_error,
+            error_handler=error_handler,
+            num_workers=num_workers,
             multiprocessing_context=multiprocessing_context,
         )
-        if num_workers or (isinstance(stage, WindowedStage) and stage.background):  # processes to send it to
-            named = [("task_encoder", task_encoder), ("error_handler", error_handler)]
-            named += [(f"dataset source {source.name!r}", source) for source in self.sources]
-            check_picklable(self._maker, [(k, v) for k, v in named if v is not None], multiprocessing_context)
+        self.reel, self._maker = pipeline.reel, pipeline.maker
         self._cursor = self.reel.start()
         self.pending = CursorQueue()  # cursors of the batches the current iterator has not handed out yet
         self._generation = 0
