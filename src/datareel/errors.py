@@ -52,6 +52,42 @@ class StorageError(DatasetError):
     once the cause is fixed). The message names the file or URL and the fix."""
 
 
+class NotFound(StorageError):
+    """The file or object does not exist (or is not a file: a directory, a bucket prefix)."""
+
+
+class AccessDenied(StorageError):
+    """The store refused the request (403). S3 also answers 403, not 404, for a missing object when the
+    credentials may not list the bucket."""
+
+
+class TarFormatError(DatasetError):
+    """A tar header that cannot be parsed (truncated or changed shard)."""
+
+
+class ShortBody(Exception):
+    """Internal to the remote reader: a ranged GET returned fewer bytes than asked for (a connection dropped
+    mid-body); it is retried, and never reaches a caller."""
+
+
+class RepeatedKey(Exception):
+    """Internal to the metadata readers: a key given twice in one mapping (``line``/``first``: 1-based,
+    ``None`` in JSON); turned into a :class:`DatasetError` naming the file."""
+
+    def __init__(self, key: Any, old: Any, new: Any, line: int | None = None, first: int | None = None):
+        super().__init__(key)
+        self.key, self.old, self.new, self.line, self.first = key, old, new, line, first
+
+
+class PlanningProcessDied(DatareelError):
+    """The planning process ended without sending the plan asked for (killed, e.g. for memory)."""
+
+
+class PlanningMessageError(DatareelError):
+    """A message from the planning process could not be read here; the process is stopped (the pipe
+    may be out of step) and the window can be planned again."""
+
+
 def sample_failure(exc: BaseException) -> bool:
     """Whether a failure while making a sample is a property of the sample: its bytes (a malformed tar
     member, a part that does not decode), or the encoder on its content. Only those may be substituted

@@ -29,20 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import DatareelError, picklable
+from ..errors import DatareelError, PlanningMessageError, PlanningProcessDied, picklable
 from ..lifetime import die_with_parent
 
 #: (positions int64[k], source ids int32[k], indices int64[k]) of a window
 Inputs = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-class PlanningProcessDied(DatareelError):
-    """The planning process ended without sending the plan asked for (killed, e.g. for memory)."""
-
-
-class PlanningMessageError(DatareelError):
-    """A message from the planning process could not be read here; the process is stopped (the pipe
-    may be out of step) and the window can be planned again."""
 
 
 def _serve(

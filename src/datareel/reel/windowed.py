@@ -25,12 +25,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import DatareelError, OptionError, check_int
+from ..errors import DatareelError, OptionError, PlanningMessageError, PlanningProcessDied, check_int
 from ..plan.nodes import ReelPlan
 from ..sources.base import Source
 from .base import Descriptor
 from .packed import CACHED_WINDOWS, Pack, PackedReel, window_inputs
-from .planning import PlanningMessageError, PlanningProcess, PlanningProcessDied
+from .planning import PlanningProcess
 
 log = logging.getLogger("datareel")
 AHEAD = 2

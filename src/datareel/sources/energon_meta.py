@@ -18,18 +18,10 @@ from typing import Any
 import yaml
 from braceexpand import braceexpand
 
-from ..errors import INT64_LIMIT, DatasetError
+from ..errors import INT64_LIMIT, DatasetError, RepeatedKey
 from ..storage import AccessDenied, NotFound
 
 META = ".nv-meta"
-
-
-class _RepeatedKey(Exception):
-    """A key given twice in one mapping (``line``/``first``: 1-based, ``None`` in JSON)."""
-
-    def __init__(self, key: Any, old: Any, new: Any, line: int | None = None, first: int | None = None):
-        super().__init__(key)
-        self.key, self.old, self.new, self.line, self.first = key, old, new, line, first
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -48,7 +40,7 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
                 key = key_node.tag, key_node.value  # a string key: its text ('a' and "a" are one key)
                 if key in seen:
                     first_key, first_value = seen[key]
-                    raise _RepeatedKey(
+                    raise RepeatedKey(
                         self.construct_object(key_node),
                         self.construct_object(first_value, deep=True),
                         self.construct_object(value_node, deep=True),
@@ -69,7 +61,7 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
         for key, item in pairs:
             if key in seen:
-                raise _RepeatedKey(key, seen[key], item)
+                raise RepeatedKey(key, seen[key], item)
             seen[key] = item
     return value
 
@@ -188,7 +180,7 @@ def load_file(path: Path, what: str = "", fix: str = "re-run `datareel prepare` 
             value = json.loads(text, object_pairs_hook=_json_object)
         else:
             value = yaml.load(text, Loader=SAFE_LOADER)
-    except _RepeatedKey as exc:
+    except RepeatedKey as exc:
         where = f" line {exc.line}: key {_short(exc.key)} appears twice (first on line {exc.first})"
         if exc.line is None:  # JSON: the parser gives no position
             where = f": key {_short(exc.key)} appears twice in one object"

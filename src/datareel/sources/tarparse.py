@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import TarFormatError
 
 BLOCK = 512
 _SKIPPED_NAME = re.compile(r"__[^/]*__($|/)")
@@ -25,10 +25,6 @@ MAX_MEMBER = 1 << 62
 """Member sizes above this cannot be file offsets; a header claiming one is damaged."""
 MAX_EXTENDED = 1 << 20
 """Bytes of a PAX / GNU long-name header read at most (real ones hold a path: well under a KiB)."""
-
-
-class TarFormatError(DatasetError):
-    """A tar header that cannot be parsed (truncated or changed shard)."""
 
 
 def _number(field: bytes, where: str) -> int:

@@ -21,18 +21,11 @@ import posixpath
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import DatasetError, StorageError
+from ..errors import AccessDenied as AccessDenied
+from ..errors import DatasetError, NotFound
+from ..errors import StorageError as StorageError
 
 REMOTE_SCHEMES = ("s3", "msc")
-
-
-class NotFound(StorageError):
-    """The file or object does not exist (or is not a file: a directory, a bucket prefix)."""
-
-
-class AccessDenied(StorageError):
-    """The store refused the request (403). S3 also answers 403, not 404, for a missing object when the
-    credentials may not list the bucket."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..errors import DatasetError, OptionError, StorageError, check_int
+from ..errors import DatasetError, OptionError, ShortBody, StorageError, check_int
 from . import AccessDenied, NotFound, ObjectInfo
 
 log = logging.getLogger("datareel")
@@ -122,10 +122,6 @@ def _seconds(value: Any, name: str, *, minimum: float, maximum: float = 600) -> 
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not minimum <= number <= maximum:
         raise OptionError(f"{name} is {value!r}; it must be a number of seconds from {minimum:g} to {maximum:g}")
     return float(number)
-
-
-class ShortBody(Exception):
-    """A ranged GET returned fewer bytes than asked for (a connection dropped mid-body)."""
 
 
 def _msc() -> Any:
