@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from datareel.testing import free_port
 
@@ -212,3 +213,15 @@ class StalledServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def upload(local: Path, url: str) -> None:
+    """Copy a local file or directory tree to ``url`` (s3://bucket/prefix)."""
+    import boto3
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    client = boto3.client("s3")
+    files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+    for path in files:
+        key = f"{prefix}/{path.relative_to(local.parent if local.is_file() else local).as_posix()}".lstrip("/")
+        client.upload_file(str(path), bucket, key)

@@ -151,3 +151,13 @@ def write_template_shards(root: Path, shards: int, per_shard: int, payload: int 
             f.write(members.tobytes())
             f.write(bytes(1024))
     return shards * per_shard
+
+
+def prepared_shard(root: Path, samples: int = 3) -> Path:
+    """One prepared shard ``a-0.tar`` of ``samples`` text samples (``k{i}``, ``i + 1`` bytes each) in ``root``."""
+    from datareel.cli.prepare import prepare_webdataset
+    from wds_helpers import write_shard
+
+    write_shard(root / "a-0.tar", [(f"k{i}", {"txt": b"x" * (i + 1)}) for i in range(samples)])
+    prepare_webdataset(root, progress=False)
+    return root

@@ -12,7 +12,7 @@ the rest of the interrupted pass, from the batch after the last one handed out (
 being made is made again), and the passes after it are those of the uninterrupted run: a virtual epoch
 (``virtual_epoch_length``) still has its length, a ``LimitDataset`` / ``get_val_dataset(limit=)`` pass
 its limit, a val pass every batch once.  It is what Energon's ``get_savable_loader`` does for a pass
-left by ``break`` (tests/test_energon_val_loops.py), so nothing about a failure is special to a
+left by ``break`` (tests/energon/test_energon_val_loops.py), so nothing about a failure is special to a
 training loop: the counters (limits, virtual epochs, the datareel cursor, ``save_state_rank()``) count
 only batches handed out.
 
@@ -35,8 +35,8 @@ import pytest
 import torch.utils.data
 
 from datareel import energon as den
-from test_hardening import must_return
-from test_worker_loss import die, wait_until_ended
+from hangs import must_return
+from procs import die, wait_until_ended
 
 BATCH = 7  # the val dataset's 90 samples: 13 batches per pass with one worker, 14 with two
 

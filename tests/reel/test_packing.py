@@ -19,36 +19,11 @@ from datareel import DatareelError, Packing, StateMismatchError
 from datareel.cli.prepare import prepare_webdataset
 from datareel.plan.pack import first_fit_decreasing, plan_window
 from datareel.testing import Topology, check_restore_everywhere
+from encoders import Packer, lengths_dataset
 from wds_helpers import write_shard
+from where import HELPERS
 
-TESTS = Path(__file__).resolve().parent
-
-
-class Packer:
-    """Packs keep their ids; a pack's randomness comes from sample_rng (keyed by the packed position)."""
-
-    def encode_sample(self, sample):
-        return {"id": sample["id"], "len": sample["len"], "noise": int(datareel.sample_rng().integers(0, 1000))}
-
-    def pack_selected_samples(self, samples):
-        return {
-            "ids": [s["id"] for s in samples],
-            "total": sum(s["len"] for s in samples),
-            "noise": [s["noise"] for s in samples],
-            "pack_noise": int(datareel.sample_rng().integers(0, 1000)),
-        }
-
-    def batch(self, packs):
-        return {k: [p[k] for p in packs] for k in packs[0]}
-
-    def truncate_sample(self, sample, max_length):
-        return {**sample, "len": max_length}
-
-
-def lengths_dataset(lengths, name="docs"):
-    data = datareel.from_sequence([{"id": i, "len": int(n)} for i, n in enumerate(lengths)], name=name)
-    table = np.asarray(lengths, dtype=np.int64)
-    return data, (lambda source, idx: table[idx])
+TESTS = HELPERS  # length_fns.py
 
 
 @pytest.mark.parametrize(

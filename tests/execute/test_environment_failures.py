@@ -26,8 +26,9 @@ from datareel import energon as den
 from datareel.cli.prepare import prepare_jsonl, prepare_webdataset
 from datareel.errors import BatchError, DatasetChangedError, DatasetError, StorageError, sample_failure
 from wds_helpers import build_shards, write_shard
+from where import HELPERS
 
-HERE = Path(__file__).parent
+HERE = HELPERS  # fd_limit_reader.py
 SHARDS, PER_SHARD = 72, 2
 
 

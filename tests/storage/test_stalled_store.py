@@ -11,15 +11,15 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
 from datareel.errors import OptionError, StorageError
 from datareel.storage.remote import RemoteFiles, Retry
 from s3_server import ENV, StalledServer
+from where import HELPERS
 
-HERE = Path(__file__).parent
+HERE = HELPERS
 FAST = dict(first_delay=0.01, connect_timeout=0.3, read_timeout=0.3)
 
 

@@ -17,6 +17,7 @@ import datareel
 from datareel import OptionError, WindowedStage
 from datareel.energon import stateless
 from datareel.testing import Topology, check_restore_everywhere
+from encoders import Knapsack
 
 
 class Splitter:
@@ -32,37 +33,6 @@ class Splitter:
 
     def batch(self, samples):
         return {k: [s[k] for s in samples] for k in samples[0]}
-
-
-class Knapsack:
-    """Energon-style online packing: a greedy knapsack over an *encoded* length (known only after encoding)."""
-
-    cap = 12
-
-    def encode_sample(self, sample):
-        n = 1 + int(datareel.sample_rng().integers(0, 2))  # a generator: 1 or 2 outputs per input
-        for k in range(n):
-            yield {"id": sample["id"], "part": k, "len": (sample["id"] * 7 + k) % 9 + 1}
-
-    def select_samples_to_pack(self, samples):
-        packs, current, total = [], [], 0
-        for s in sorted(samples, key=lambda s: -s["len"]):
-            if current and total + s["len"] > self.cap:
-                packs.append(current)
-                current, total = [], 0
-            current.append(s)
-            total += s["len"]
-        return packs + ([current] if current else [])
-
-    def pack_selected_samples(self, samples):
-        return {
-            "members": [(s["id"], s["part"]) for s in samples],
-            "total": sum(s["len"] for s in samples),
-            "noise": int(datareel.sample_rng().integers(0, 1000)),
-        }
-
-    def batch(self, packs):
-        return {k: [p[k] for p in packs] for k in packs[0]}
 
 
 def records(n):

@@ -10,36 +10,23 @@ counted (the next iterator skipped it), and a persistent DataLoader kept its dea
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
 import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 import datareel
-from test_hardening import must_return
+from hangs import must_return
+from procs import die, wait_until_ended
 
 pytestmark = pytest.mark.slow  # worker processes
 
 OPTIONS = dict(global_batch_size=4, micro_batch_size=4, world_size=1, rank=0, seed=5)
 TOTAL = 10  # micro-batches each run hands out
 DIES_AT = 13  # a sample of micro-batch 3 (positions 12..15, unshuffled)
-
-
-def die(how: str) -> None:
-    if how == "SIGKILL":
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif how == "SIGTERM":
-        os.kill(os.getpid(), signal.SIGTERM)
-    elif how == "os._exit":
-        os._exit(3)
-    elif how == "segfault":
-        ctypes.string_at(0)  # reads address 0: SIGSEGV
-    time.sleep(60)  # not reached
 
 
 class DiesOnce:
@@ -72,25 +59,6 @@ class StallsOnce(DiesOnce):
             Path(self.marker).write_text(str(os.getpid()))
             time.sleep(self.seconds)
         return sample
-
-
-def ended(pid: int) -> bool:
-    """The process has exited (a zombie not yet reaped by its parent counts)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_until_ended(pid: int) -> None:
-    """Busy in Python (a training step): torch's SIGCHLD handler, if it raises, raises here."""
-    deadline = time.monotonic() + 30
-    while not ended(pid):
-        if time.monotonic() > deadline:
-            pytest.fail(f"worker {pid} did not end")
-        time.sleep(0.01)
-    for _ in range(20):  # a few more bytecodes and sleeps: the signal handler has run by now
-        time.sleep(0.01)
 
 
 def data():

@@ -18,7 +18,7 @@ from datareel.errors import DatareelError
 from datareel.sources.tarparse import BLOCK, TarFormatError, iter_members, plain_members
 from datareel.sources.view import SourceView
 from datareel.sources.webdataset import WebDatasetSource
-from test_hardening import header, pax
+from tar_bits import header, pax
 from wds_helpers import build_shards, sample_parts, write_shard
 
 

@@ -32,8 +32,7 @@ from datareel.cli.verify import verify_state
 from datareel.plan import schedule as schedule_module
 from datareel.plan.layout import Layout
 from datareel.state import state_check
-from test_fuzz import bounded
-from test_hardening import must_return
+from hangs import bounded, must_return
 
 PIECES = 10_000
 """The documented bound on the pieces a global batch size schedule resolves into."""

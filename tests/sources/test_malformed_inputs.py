@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 import datareel
 from datareel import DatareelError, DatasetError
 from datareel.cli.prepare import prepare_jsonl, prepare_webdataset
-from test_fuzz import bounded
+from hangs import bounded
 from wds_helpers import write_shard
+from where import HELPERS
 
 EXAMPLES = int(os.environ.get("DATAREEL_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
@@ -713,7 +714,7 @@ def indexed_jsonl(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("lengths") / "d.jsonl"
     path.write_text("".join(json.dumps({"text": "z" * n}) + "\n" for n in (4, 8, 15, 3)))
     prepare_jsonl(path)
-    tests = str(Path(__file__).parent)
+    tests = str(HELPERS)  # length_fns.py
     sys.path.insert(0, tests)
     try:
         compute_length_index(path, "length_fns:json_length", workers=1, progress=False)

@@ -18,15 +18,9 @@ from hypothesis import strategies as st
 import datareel
 from datareel.cli.prepare import prepare_webdataset
 from datareel.testing import Topology, check_restore_everywhere
+from encoders import NoisyEncoder
 from state_edit import edited
 from wds_helpers import build_shards
-
-
-class NoisyEncoder:
-    """Records the per-sample RNG draw, so I4 is checked along with the order."""
-
-    def encode_sample(self, sample):
-        return {**sample, "noise": int(datareel.sample_rng().integers(0, 2**31))}
 
 
 @st.composite

@@ -13,6 +13,7 @@ import datareel
 from datareel.cli.prepare import prepare_jsonl, prepare_webdataset
 from datareel.storage.remote import remote_files
 from datareel.testing import Topology, check_restore_everywhere
+from s3_server import upload
 from wds_helpers import build_shards
 
 
@@ -22,18 +23,6 @@ def server():
 
     with s3_server() as endpoint:
         yield endpoint
-
-
-def upload(local: Path, url: str) -> None:
-    """Copy a local file or directory tree to ``url`` (s3://bucket/prefix)."""
-    import boto3
-
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    client = boto3.client("s3")
-    files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
-    for path in files:
-        key = f"{prefix}/{path.relative_to(local.parent if local.is_file() else local).as_posix()}".lstrip("/")
-        client.upload_file(str(path), bucket, key)
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from datareel.testing import free_port, run_local, unbatch
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 G, SEED = 24, 99
 
 

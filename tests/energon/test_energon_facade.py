@@ -16,15 +16,12 @@ from datareel import DatareelError, StateMismatchError
 from datareel import energon as den
 from datareel.cli.prepare import prepare_webdataset
 from datareel.testing import free_port, run_local
+from encoders import Keys
 from state_edit import edited
 from wds_helpers import write_shard
+from where import HELPERS
 
-TESTS = Path(__file__).resolve().parent
-
-
-class Keys:
-    def batch(self, samples):
-        return [s["__key__"] for s in samples]
+TESTS = HELPERS  # energon_script.py
 
 
 def global_batches(root, W, N, count, G=8, m=2, seed=0):
@@ -381,7 +378,7 @@ def test_a_limited_repeated_val_loader_yields_the_same_batches_every_pass(texts)
 
 def test_a_limited_val_loader_restarts_with_or_without_reset_and_a_plain_one_restarts_its_pass(texts):
     """megatron.energon 7.4.1's LimitDataset resets what it wraps after every pass, whatever
-    reset_after_epoch says (compared beside Energon in tests/test_energon_val_loops.py)."""
+    reset_after_epoch says (compared beside Energon in tests/energon/test_energon_val_loops.py)."""
     config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
     going = den.get_loader(den.LimitDataset(den.RepeatDataset(_val(texts)), length=4), worker_config=config)
     first, second = list(going), list(going)

@@ -16,7 +16,7 @@ import pytest
 
 from datareel.testing.launch import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "energon_vlm_client.py"
 pytestmark = pytest.mark.slow
 

@@ -3,19 +3,17 @@
 Each input either works or raises a :class:`datareel.DatareelError` subclass naming what is wrong,
 within a time bound (a hang is a failure, not a slow test) and without a huge allocation (a
 damaged index that claims terabytes must be refused before reading).  Bounded for CI; run
-longer with ``DATAREEL_FUZZ_EXAMPLES=5000 pytest tests/test_fuzz.py``.
+longer with ``DATAREEL_FUZZ_EXAMPLES=5000 pytest tests/sources/test_fuzz.py``.
 
-The tar header parser's own fuzz tests are in ``test_hardening.py``.
+The tar header parser's own fuzz tests are in ``test_hardening_tar.py``.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import resource
 import shutil
 import struct
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,7 @@ from hypothesis import strategies as st
 import datareel
 from datareel import DatareelError
 from datareel.cli.prepare import prepare_jsonl, prepare_webdataset
-from test_hardening import must_return
+from hangs import bounded
 from wds_helpers import write_shard
 
 EXAMPLES = int(os.environ.get("DATAREEL_FUZZ_EXAMPLES", "60"))
@@ -36,19 +34,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
 )
 MEMORY = 4 << 30  # address space while fuzzing: a 1 TiB (or 64 GiB) allocation fails instead of swapping
-
-
-@contextmanager
-def bounded():
-    """A hang guard and an address-space cap; a MemoryError under the cap is a bug too (it escapes as
-    a bare exception), so it fails the test like any other."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (min(MEMORY, hard) if hard > 0 else MEMORY, hard))
-    try:
-        with must_return(20):
-            yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def read_everything(path: Path) -> None:

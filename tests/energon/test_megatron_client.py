@@ -25,7 +25,7 @@ import datareel
 from datareel.testing.launch import free_port
 from wds_helpers import ENERGON, write_shard
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "energon_vlm_client.py"
 G = 8
 pytestmark = pytest.mark.slow

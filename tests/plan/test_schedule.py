@@ -33,11 +33,8 @@ from datareel.testing import (
     take_global_batches,
     take_micro_step,
 )
+from encoders import Keys, Knapsack, NoisyEncoder, Packer, lengths_dataset
 from state_edit import edited
-from test_elastic import NoisyEncoder
-from test_energon_facade import Keys
-from test_packing import Packer, lengths_dataset
-from test_windowed import Knapsack
 
 
 def megatron_sizes(start: int, increment: int, ramp_samples: int, final: int, steps: int) -> list[int]:

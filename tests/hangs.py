@@ -1,0 +1,39 @@
+"""Guards that turn a hang or a huge allocation into a test failure (not timing assertions)."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import signal
+
+MEMORY = 4 << 30  # address space while fuzzing: a 1 TiB (or 64 GiB) allocation fails instead of swapping
+
+
+@contextlib.contextmanager
+def must_return(seconds: int = 10, exception: type[BaseException] = AssertionError):
+    """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion.  ``exception`` is what the
+    guard raises (a ``BaseException`` gets through loops that catch the loader's errors)."""
+
+    def hung(signum, frame):
+        raise exception(f"did not return within {seconds} s: an endless loop")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def bounded():
+    """A hang guard and an address-space cap; a MemoryError under the cap is a bug too (it escapes as
+    a bare exception), so it fails the test like any other."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(MEMORY, hard) if hard > 0 else MEMORY, hard))
+    try:
+        with must_return(20):
+            yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
