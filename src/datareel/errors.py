@@ -9,6 +9,7 @@ working:
 - :class:`TopologyError` — batch sizes, world size or a cursor that cannot be laid out;
 - :class:`StateError` — a saved state that cannot be restored: :class:`StateMismatchError` (another spec),
   :class:`StateDamagedError` (damaged), :class:`ForeignStateError` (not datareel's, or another version);
+  :class:`StateVersionError` and :class:`StateCheckError` are also mismatches, as they were before the family;
 - :class:`DatasetError` — a problem with data on disk (missing shard, stale index, bad tar);
 - :class:`StorageError` — the machine or the store failed, not the sample (too many open files, an
   I/O error, retries run out, a listed file missing); :func:`sample_failure` tells the two apart;
@@ -149,6 +150,29 @@ class ForeignStateError(StateError):
     release does not read."""
 
 
+class StateVersionError(ForeignStateError, StateMismatchError):
+    """A datareel state of a format ``version`` this release does not read. Also a :class:`StateMismatchError`
+    (as it was before the family existed), whose ``differences`` holds ``version``."""
+
+
+class StateCheckError(StateDamagedError, StateMismatchError):
+    """A state whose ``check`` does not match its ``cursor``, ``pack`` and ``spec``: edited, or spliced from
+    two checkpoints, after it was written. Also a :class:`StateMismatchError` (as it was before the family
+    existed), whose ``differences`` holds ``check``."""
+
+
+def restated(exc: DatareelError, message: str) -> DatareelError:
+    """An error of ``exc``'s class with another ``message`` (context added to a refusal), keeping a
+    :class:`StateMismatchError`'s ``differences``; a plain :class:`DatareelError` for a class that cannot be
+    built from a message alone."""
+    if isinstance(exc, StateMismatchError):
+        return type(exc)(message, exc.differences)
+    try:
+        return type(exc)(message)
+    except TypeError:
+        return DatareelError(message)
+
+
 class BatchError(DatareelError):
     """Making one micro-batch failed: a sample's read, decode or ``encode_sample`` (under
     ``on_error="raise"``), or ``pack_selected_samples``, ``batch`` or ``encode_batch``.
@@ -185,6 +209,22 @@ def picklable(exc: BaseException) -> BaseException:
 class SampleContextError(DatareelError, RuntimeError):
     """A per-sample helper (such as :func:`datareel.sample_rng`) was called
     outside the processing of a sample."""
+
+
+def brief(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to about ``limit`` characters (and a few levels; an integer of more than 256 bits
+    by its size): for messages quoting a value from a file, which may be huge or nested without bound."""
+    import reprlib
+
+    class Brief(reprlib.Repr):
+        def repr_int(self, x: int, level: int) -> str:
+            return repr(x) if x.bit_length() <= 256 else f"<an integer of {x.bit_length():,} bits>"
+
+    short = Brief()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 5, 8, 8, 8
+    short.maxstring, short.maxlong, short.maxother = limit, 40, limit
+    text = short.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _label(name: str, value: Any, where: str | None) -> str:

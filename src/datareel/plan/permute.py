@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import OptionError
+
 ROUNDS = 4
 """Feistel rounds; four rounds of a good round function give a pseudo-random permutation."""
 
@@ -76,7 +78,7 @@ def permute(i: np.ndarray | int, n: int, keys: np.ndarray) -> np.ndarray:
     """
     x = np.asarray(i, dtype=np.uint64).reshape(-1)  # (k,)
     if n < 1:
-        raise ValueError(f"permute needs a domain of at least one element, got n={n}")
+        raise OptionError(f"permute needs a domain of at least one element, got n={n}: pass n >= 1")
     if n == 1:
         return np.zeros(x.shape, dtype=np.int64)
     w = feistel_width(n)

@@ -12,7 +12,8 @@ multiplication each, for any ``b`` (no loop over batches).  Three rules are decl
 
 - an ``int`` ``G``: one piece;
 - :class:`RampUp` ``(start, increment, ramp_samples, final)``, Megatron-LM's
-  ``--rampup-batch-size START INCREMENT SAMPLES`` with ``--global-batch-size FINAL``;
+  ``--rampup-batch-size START INCREMENT SAMPLES`` with ``--global-batch-size FINAL`` (defined in
+  :mod:`datareel.plan.rampup`, importable from here);
 - a piecewise list ``[(from_global_batch, G), ...]`` (the first from batch 0).
 
 A schedule resolves into at most :data:`MAX_SCHEDULE_PIECES` (10,000) pieces: a ramp-up of more
@@ -34,97 +35,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DatareelError, OptionError, check_int
+from ..errors import OptionError, StateDamagedError, TopologyError, brief, check_int
+from .rampup import MAX_SCHEDULE_PIECES, RampUp
 
-MAX_SCHEDULE_PIECES = 10_000
-"""The most pieces (runs of one global batch size) a schedule may resolve into: a :class:`RampUp` has one
-per size it reaches (``increments + 1``), a piecewise list one per entry."""
-
-
-@dataclass(frozen=True)
-class RampUp:
-    """Megatron-LM's batch-size ramp-up: start at ``start``, grow by ``increment`` over ``ramp_samples``
-    samples, then stay at ``final``.
-
-    The rule (Megatron-LM, ``megatron/core/num_microbatches_calculator.py``,
-    ``RampupBatchsizeNumMicroBatchesCalculator.update``): with ``n = (final - start) / increment``
-    increments and ``r = ramp_samples / n`` samples per increment (a float), the global batch that
-    begins after ``c`` consumed samples has ``final`` samples if ``c > ramp_samples``, else
-    ``start + increment * int(c / r)``.  Megatron evaluates it before every iteration, so batch
-    ``b + 1`` begins where batch ``b`` ends.  With packing, "samples" are packs.
-
-    Example (``--rampup-batch-size 32 32 1000000 --global-batch-size 256``)::
-
-        Loader(data, global_batch_size=datareel.RampUp(32, 32, 1_000_000, 256), micro_batch_size=4)
-    """
-
-    start: int
-    increment: int
-    ramp_samples: int
-    final: int
-
-    def __post_init__(self) -> None:
-        for name in ("start", "increment", "ramp_samples", "final"):
-            object.__setattr__(self, name, check_int(getattr(self, name), name, minimum=1, where="RampUp"))
-        start, increment, final = self.start, self.increment, self.final
-        if final < start:
-            raise OptionError(
-                f"RampUp(start={start}, final={final}): the final global batch size must be at least the start; "
-                f"for a constant size pass global_batch_size={final}"
-            )
-        if (final - start) % increment:
-            raise OptionError(
-                f"RampUp(start={start}, increment={increment}, final={final}): final - start = {final - start} is "
-                f"not a multiple of increment={increment} (Megatron requires it); choose an increment that "
-                f"divides {final - start}"
-            )
-        if self.increments + 1 > MAX_SCHEDULE_PIECES:
-            raise OptionError(
-                f"RampUp(start={start}, increment={increment}, final={final}) has {self.increments + 1:,} global "
-                f"batch sizes; datareel resolves a schedule into at most {MAX_SCHEDULE_PIECES:,} (each size is a "
-                f"piece of the schedule): choose an increment of at least "
-                f"{-(-(final - start) // (MAX_SCHEDULE_PIECES - 1)):,}"
-            )
-
-    @property
-    def increments(self) -> int:
-        return (self.final - self.start) // self.increment
-
-    def size_after(self, consumed: int) -> int:
-        """Megatron's size for the global batch that begins after ``consumed`` samples."""
-        if consumed > self.ramp_samples or self.increments == 0:
-            return self.final
-        per_increment = self.ramp_samples / self.increments  # a float, as in Megatron
-        return self.start + int(consumed / per_increment) * self.increment
-
-    def next_change(self, consumed: int) -> int:
-        """The first ``c > consumed`` where :meth:`size_after` grows (``size_after(consumed) < final``).
-
-        ``int(c / r)`` is monotone in ``c``, so the change point is found by galloping from the float
-        estimate and bisecting: O(log) evaluations however far the estimate is (near ``2^62`` samples a
-        float is off by hundreds)."""
-        level = (self.size_after(consumed) - self.start) // self.increment
-        per_increment = self.ramp_samples / self.increments
-        end = self.ramp_samples + 1  # no change within the ramp: the final size from there on
-
-        def grown(c: int) -> bool:
-            return c >= end or int(c / per_increment) > level
-
-        guess = min(max(consumed + 1, math.ceil((level + 1) * per_increment)), end)
-        step = 1
-        if grown(guess):  # the change is at guess or before it, after consumed
-            while guess - step > consumed and grown(guess - step):
-                step *= 2
-            low, high = max(consumed, guess - step), guess
-        else:  # after guess
-            while not grown(guess + step):
-                step *= 2
-            low, high = guess, min(guess + step, end)
-        while high - low > 1:  # grown(high), not grown(low) (or low == consumed)
-            middle = (low + high) // 2
-            low, high = (low, middle) if grown(middle) else (middle, high)
-        return high
-
+__all__ = [
+    "MAX_SCHEDULE_PIECES",
+    "BatchSchedule",
+    "RampUp",
+    "Rule",
+    "brief",
+    "canonical_rule",
+    "parse_spec",
+    "rule_from_json",
+]
 
 Rule = int | RampUp | tuple[tuple[int, int], ...]
 """A declared schedule, canonical: an int when it is constant."""
@@ -178,7 +101,7 @@ def rule_from_json(value: Any) -> Rule:
     ``{"ramp_up": [start, increment, samples, final]}``, ``{"pieces": [[from_batch, G], ...]}`` or the bare
     list of pieces; :class:`OptionError` (or ``TypeError`` for a wrong count of numbers) otherwise."""
     if isinstance(value, dict) and set(value) == {"ramp_up"}:
-        return canonical_rule(RampUp(*value["ramp_up"]))
+        return canonical_rule(RampUp.from_json(value))
     if isinstance(value, dict) and set(value) == {"pieces"}:
         return canonical_rule(value["pieces"])
     if isinstance(value, dict):
@@ -220,7 +143,7 @@ class BatchSchedule:
 
     def _piece_of_batch(self, b: int) -> int:
         if b < self.anchor[0]:
-            raise DatareelError(
+            raise TopologyError(
                 f"global batch {b} lies before this schedule's anchor (global batch {self.anchor[0]}, where the "
                 f"batch size was last changed): its size is not recorded"
             )
@@ -238,7 +161,7 @@ class BatchSchedule:
     def batch_at(self, position: int) -> int:
         """The global batch holding reel position ``position``."""
         if position < self.anchor[1]:
-            raise DatareelError(
+            raise StateDamagedError(
                 f"reel position {position} lies before this schedule's anchor (position {self.anchor[1]}, where "
                 f"the batch size was last changed); the state is damaged"
             )
@@ -266,7 +189,7 @@ class BatchSchedule:
         existed), else ``{"ramp_up": [...]}`` / ``{"pieces": [...]}``, with ``{"from": [batch, position]}``."""
         rule: Any = self.rule
         if isinstance(rule, RampUp):
-            rule = {"ramp_up": [rule.start, rule.increment, rule.ramp_samples, rule.final]}
+            rule = rule.to_json()
         elif isinstance(rule, tuple):
             rule = {"pieces": [list(piece) for piece in rule]}
         if self.anchor == (0, 0):
@@ -275,8 +198,17 @@ class BatchSchedule:
 
     @classmethod
     def from_spec(cls, spec: Any) -> BatchSchedule:
-        """Read a state's ``global_batch_size``; :class:`DatareelError` if it is damaged."""
+        """Read a state's ``global_batch_size``; :class:`~datareel.errors.StateDamagedError` if it is damaged."""
         return cls(*parse_spec(spec))
+
+    def to_json(self) -> Any:
+        """The schedule's JSON form both ways, as every options class saved in a state has it: :meth:`spec`."""
+        return self.spec()
+
+    @classmethod
+    def from_json(cls, value: Any) -> BatchSchedule:
+        """The schedule :meth:`to_json` wrote (:meth:`from_spec`)."""
+        return cls.from_spec(value)
 
     def describe(self) -> str:
         """The rule in words, for messages."""
@@ -297,7 +229,8 @@ class BatchSchedule:
 
 def parse_spec(spec: Any) -> tuple[Rule, tuple[int, int]]:
     """A state's ``global_batch_size`` as ``(rule, anchor)``, checked but not resolved (so bounded: a rule
-    has at most :data:`MAX_SCHEDULE_PIECES` pieces); :class:`DatareelError` naming it if it is damaged."""
+    has at most :data:`MAX_SCHEDULE_PIECES` pieces); :class:`~datareel.errors.StateDamagedError` naming it if
+    it is damaged."""
     try:
         anchor: tuple[int, int] = (0, 0)
         rule = spec
@@ -309,25 +242,9 @@ def parse_spec(spec: Any) -> tuple[Rule, tuple[int, int]]:
             rule = spec["rule"]
         return rule_from_json(rule), anchor
     except (OptionError, TypeError, ValueError) as exc:
-        raise DatareelError(
+        raise StateDamagedError(
             f"state global_batch_size={brief(spec)} cannot be read ({str(exc)[:300]}); the state is damaged"
         ) from None
-
-
-def brief(value: Any, limit: int = 120) -> str:
-    """``repr(value)`` cut to about ``limit`` characters (and a few levels; an integer of more than 256 bits
-    by its size): for messages quoting a value from a file, which may be huge or nested without bound."""
-    import reprlib
-
-    class Brief(reprlib.Repr):
-        def repr_int(self, x: int, level: int) -> str:
-            return repr(x) if x.bit_length() <= 256 else f"<an integer of {x.bit_length():,} bits>"
-
-    short = Brief()
-    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 5, 8, 8, 8
-    short.maxstring, short.maxlong, short.maxother = limit, 40, limit
-    text = short.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _resolve(rule: Rule, b: int, position: int) -> Iterator[tuple[int, int, int]]:
