@@ -1,22 +1,61 @@
-"""Test configuration: hypothesis profiles.
+"""Test configuration: hypothesis profiles, the cost markers, shared fixtures.
 
-Locally, hypothesis explores new random examples on every run.  Under CI
-(``CI`` set, as ``.ci/run`` runs) the ``ci`` profile derandomizes them: the same
-examples every run, so a landing is judged on reproducible evidence; run the
-suite locally (or with ``HYPOTHESIS_PROFILE=explore``) to keep searching.
+Profiles (``tests/profiles.py``): locally, hypothesis explores new random examples on every run
+(``explore``).  Under CI (``CI`` set, as ``.ci/run`` runs) the ``ci`` profile derandomizes them:
+the same examples every run, so a landing is judged on reproducible evidence; run the suite
+locally (or with ``HYPOTHESIS_PROFILE=explore``) to keep searching.  ``HYPOTHESIS_PROFILE=fast``
+runs a few examples of each.
+
+Markers (docs/testing.md): ``slow`` starts real processes (torch.distributed, torchrun, subprocess
+CLIs); ``workers`` starts worker processes (DataLoader workers, the planning process, the process
+pool of ``prepare``).  A test that starts a process from Python's ``multiprocessing`` without
+either marker fails here, naming the marker to add, so the fast tier ``-m "not slow and not
+workers"`` stays in one process.
 """
 
+from __future__ import annotations
+
+import multiprocessing.process
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
 
+import profiles
 from datareel.cli.prepare import prepare_webdataset
 from wds_helpers import write_shard
 
-settings.register_profile("ci", derandomize=True, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("explore", print_blob=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "explore"))
+profiles.load()
+
+_started: list[str] = []  # processes started by the running test's call phase
+_start = multiprocessing.process.BaseProcess.start
+
+
+def _recording_start(self: multiprocessing.process.BaseProcess) -> None:
+    _started.append(self.name)
+    _start(self)
+
+
+multiprocessing.process.BaseProcess.start = _recording_start  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    _started.clear()
+    result = yield
+    if _started and not (item.get_closest_marker("workers") or item.get_closest_marker("slow")):
+        names = sorted(set(_started))
+        record = os.environ.get("DATAREEL_RECORD_PROCESSES")  # survey mode: list the tests instead of failing
+        if record:
+            with open(record, "a") as out:
+                out.write(f"{item.nodeid}\t{len(_started)}\t{','.join(names)}\n")
+        else:
+            pytest.fail(
+                f"this test started {len(_started)} process(es) ({', '.join(names[:3])}) but is marked neither "
+                "`workers` nor `slow`: mark it @pytest.mark.workers (DataLoader workers, the planning process) "
+                "so that the fast tier (-m 'not slow and not workers') stays in one process (docs/testing.md)",
+                pytrace=False,
+            )
+    return result
 
 
 @pytest.fixture(scope="module")

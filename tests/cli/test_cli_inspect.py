@@ -10,12 +10,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
 from datareel import Packing, TopologyError, WindowedStage
 from datareel.cli import main
+from profiles import examples
 
 LENGTHS = np.random.default_rng(0).integers(1, 9, 60)
 
@@ -118,7 +119,7 @@ def test_inspect_reads_what_real_loaders_save(tmp_path, capsys, kind, container)
     loader.close()
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.12))
 @given(
     G=st.sampled_from([4, 6, 8, 12, 18, 24]),
     steps=st.integers(0, 7),

@@ -8,13 +8,14 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
 from datareel import Packing
 from datareel.cli import main
 from datareel.cli.verify import verify_state
+from profiles import examples
 
 LENGTHS = np.random.default_rng(1).integers(1, 7, 40)
 
@@ -101,7 +102,8 @@ def check(kind, G, W, m, steps, Wn, mn, N):
     return "resumed"
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.15))
 @given(
     kind=st.sampled_from(["plain", "mixed", "packed", "windowed"]),
     G=st.sampled_from([4, 6, 12]),
@@ -119,7 +121,9 @@ def test_verify_says_what_the_loader_does_on_every_topology(kind, G, steps, N, d
     "case, outcome",
     [
         (("plain", 12, 2, 3, 1, 1, 4, 0), "refused"),  # 6 into global batch 0: 1 × 4 cannot split the rest
-        (("mixed", 12, 2, 3, 1, 3, 2, 1), "resumed"),  # 3 × 2 divides 6, with a worker
+        pytest.param(
+            ("mixed", 12, 2, 3, 1, 3, 2, 1), "resumed", marks=pytest.mark.workers
+        ),  # 3 × 2 divides 6, with a worker
         (("packed", 12, 1, 4, 5, 2, 2, 0), "resumed"),
         (("packed", 12, 1, 4, 5, 2, 5, 0), "refused"),  # 2 × 5 does not divide 12
         (("windowed", 12, 2, 2, 3, 3, 2, 0), "resumed"),  # encoder class imported by the name the state holds

@@ -58,6 +58,7 @@ def captions(tmp_path_factory):
     return root
 
 
+@pytest.mark.workers
 def test_energon_encoder_runs_unmodified(captions):
     loader = datareel.Loader(
         datareel.open_dataset(captions), global_batch_size=4, micro_batch_size=4, seed=1, task_encoder=CaptionEncoder()
@@ -81,6 +82,7 @@ def test_energon_encoder_runs_unmodified(captions):
     assert torch.equal(again["images"], batch["images"][2:])  # restore_seeds: same per position everywhere
 
 
+@pytest.mark.workers
 def test_energon_encoder_elastic(captions):
     class Records(CaptionEncoder):
         def encode_batch(self, batch):

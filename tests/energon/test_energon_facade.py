@@ -54,6 +54,7 @@ def chunks(flat, n):
     return [flat[i : i + n] for i in range(0, len(flat), n)]
 
 
+@pytest.mark.workers
 def test_reproducible_scaling_example(texts):
     # Energon's example: global batch 8, micro-batch 2; W4·N1 vs W1·N4 -- and W2·N3, W1·N0, which Energon cannot do
     results = {cfg: regroup(global_batches(texts, *cfg, count=12), 8) for cfg in [(4, 1), (1, 4), (2, 3), (1, 0)]}

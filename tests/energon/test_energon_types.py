@@ -147,6 +147,7 @@ class PrePost(den.DefaultTaskEncoder):
         return packs
 
 
+@pytest.mark.workers
 def test_preencode_is_planned_and_postencode_runs_on_the_packed_samples(crude):
     def run(workers):
         loader = datareel.Loader(

@@ -96,7 +96,7 @@ def read(lib, root, kind, *, train, workers=0):
     return samples, list(CALLS)
 
 
-@pytest.mark.parametrize("kind", ["seeded", "prepost", "packing"])
+@pytest.mark.parametrize("kind", ["seeded", "prepost", pytest.param("packing", marks=pytest.mark.workers)])
 def test_val_samples_and_hook_calls_match_energon(crude, kind):
     theirs, their_calls = read(me, crude, kind, train=False)
     ours, our_calls = read(den, crude, kind, train=False)
@@ -108,7 +108,7 @@ def test_val_samples_and_hook_calls_match_energon(crude, kind):
     assert "batch" not in their_calls and "encode_batch" not in their_calls and "cook" in their_calls
 
 
-@pytest.mark.parametrize("kind", ["seeded", "prepost", "packing"])
+@pytest.mark.parametrize("kind", ["seeded", "prepost", pytest.param("packing", marks=pytest.mark.workers)])
 def test_train_samples_and_hooks_match_energon(crude, kind):
     """A train pass (shuffled: the same samples, in another order)."""
     theirs, their_calls = read(me, crude, kind, train=True)

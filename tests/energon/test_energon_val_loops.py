@@ -129,8 +129,8 @@ CASES = [
 TOPOLOGIES = [
     pytest.param(1, 0, id="W1-N0"),
     pytest.param(3, 0, id="W3-N0"),
-    pytest.param(1, 2, id="W1-N2", marks=pytest.mark.slow),
-    pytest.param(2, 2, id="W2-N2", marks=pytest.mark.slow),
+    pytest.param(1, 2, id="W1-N2", marks=pytest.mark.workers),
+    pytest.param(2, 2, id="W2-N2", marks=pytest.mark.workers),
 ]
 
 
@@ -304,7 +304,7 @@ TRAIN = [
 ]
 
 
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.workers)])
 @pytest.mark.parametrize("wraps,virtual,take", TRAIN)
 def test_train_loader_pass_structure_matches_energon(texts, workers, wraps, virtual, take):
     got = []

@@ -251,7 +251,7 @@ TRAIN = [  # (virtual_epoch_length, pattern, consume arguments, the batch whose 
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("virtual,pattern,consume,dies", TRAIN)
 def test_a_train_worker_killed_costs_no_batch(texts, tmp_path, workers, virtual, pattern, consume, dies):
@@ -286,7 +286,7 @@ VAL = [  # (case, pattern, consume arguments, the batch whose making the death i
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("case,pattern,consume,dies", VAL)
 def test_a_val_worker_killed_costs_no_batch(texts, tmp_path, workers, case, pattern, consume, dies):
@@ -305,7 +305,7 @@ def test_a_val_worker_killed_costs_no_batch(texts, tmp_path, workers, case, patt
     assert loop.passes == reference.passes
 
 
-@pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.parametrize("how", ["SIGTERM", "os._exit", "segfault", "external"])
 @pytest.mark.parametrize("kind", ["train", "val"])
 def test_every_way_a_worker_ends_costs_no_batch(texts, tmp_path, kind, how):
@@ -324,7 +324,7 @@ def test_every_way_a_worker_ends_costs_no_batch(texts, tmp_path, kind, how):
     assert loop.passes == reference.passes
 
 
-@pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.parametrize("case,dies", [("plain", 5), ("limit", 2)])
 def test_a_val_worker_killed_in_datareels_order_costs_no_batch(texts, tmp_path, case, dies):
     """A val loader that cannot keep Energon's val order (a generator ``encode_sample``) reads through a
@@ -353,7 +353,7 @@ def kills_a_persistent_worker(loader, n: int):
     return step
 
 
-@pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.parametrize("kind", ["train", "val"])
 def test_a_persistent_worker_killed_at_the_end_of_a_pass_costs_no_batch(texts, tmp_path, kind):
     """Killed from outside after a pass's last batch: a train loader's iteration goes on across virtual

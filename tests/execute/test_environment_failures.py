@@ -228,7 +228,7 @@ def test_an_environment_failure_stops_the_run_and_is_never_substituted(exc, wher
     assert loader.cursor == 0  # the micro-batch was not handed out, nor counted: iter(loader) makes it again
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", [0, pytest.param(1, marks=pytest.mark.workers)])
 def test_an_environment_failure_met_by_a_substitute_candidate_stops_the_run_too(workers):
     """Sample 3 is bad (substituted); every other read then fails for want of descriptors: no candidate
     may be taken from a failing environment, so the run stops instead of substituting around it."""
@@ -260,6 +260,7 @@ def test_an_environment_failure_met_by_a_substitute_candidate_stops_the_run_too(
     assert len(handled) == (1 if workers == 0 else 0)  # told of the bad record only (a worker's calls stay there)
 
 
+@pytest.mark.workers
 def test_sample_failures_are_still_substituted_and_handed_to_the_handler(tmp_path):
     """A part that does not decode, an encoder's ValueError, a decoder's errno-less OSError: substituted."""
     write_shard(tmp_path / "a.tar", [(f"k{i:02d}", {"json": b'{"i": %d}' % i}) for i in range(10)])
@@ -290,6 +291,7 @@ def test_sample_failures_are_still_substituted_and_handed_to_the_handler(tmp_pat
     assert sorted(handled) == ["k03", "k05", "k10"]
 
 
+@pytest.mark.workers
 def test_an_environment_failure_in_the_windowed_stage_is_not_left_out():
     """A generator encoder plans its outputs per window: a failing environment must not plan a sample away."""
 

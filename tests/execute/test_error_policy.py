@@ -49,6 +49,7 @@ def test_raise_names_key_source_and_position():
     assert "index 7" in text and "source 'flaky'" in text and "reel position 7" in text and "disk hiccup" in text
 
 
+@pytest.mark.workers
 def test_raise_in_a_worker_process_too():
     loader = datareel.Loader(
         flaky(), global_batch_size=40, micro_batch_size=40, shuffle=False, task_encoder=Encoder(), num_workers=1
@@ -57,6 +58,7 @@ def test_raise_in_a_worker_process_too():
         next(iter(loader))
 
 
+@pytest.mark.workers
 def test_substitute_is_deterministic_and_logged(caplog):
     def run(**kw):
         loader = datareel.Loader(
@@ -77,6 +79,7 @@ def test_substitute_is_deterministic_and_logged(caplog):
     assert run(num_workers=2) == a
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize(
     "before,after", [(Topology(4, 0, 2), Topology(2, 2, 2)), (Topology(1, 2, 4), Topology(8, 0, 1))]
 )
@@ -94,6 +97,7 @@ def test_substitutes_are_the_same_on_every_topology_and_restore(before, after):
     assert report["restored"] >= 10
 
 
+@pytest.mark.workers
 def test_a_sample_planted_to_fail_decoding(tmp_path):
     write_shard(tmp_path / "s.tar", [(f"k{i}", {"json": b'{"i": %d}' % i}) for i in range(12)])
     write_shard(
@@ -132,7 +136,7 @@ def test_on_error_value_is_checked():
         datareel.Loader(flaky(), global_batch_size=1, micro_batch_size=1, on_error="skip")
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", [0, pytest.param(1, marks=pytest.mark.workers)])
 def test_a_failed_micro_batch_that_the_caller_skips_counts_as_consumed(workers):
     class FailsOnTwo:
         def encode_sample(self, sample):

@@ -39,7 +39,7 @@ class DiesOnce:
         return sample
 
 
-@pytest.mark.slow  # worker processes
+@pytest.mark.workers
 @pytest.mark.parametrize("persistent", [True, False])
 def test_after_a_worker_dies_a_fresh_iterator_continues_the_same_stream(tmp_path, persistent):
     data = datareel.from_sequence(list(range(40)))

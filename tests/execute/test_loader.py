@@ -118,6 +118,7 @@ def test_collation_failure_names_the_key():
         next(iter(loader))
 
 
+@pytest.mark.workers
 def test_prefetched_batches_are_not_counted():
     loader = Loader(
         records(100), global_batch_size=8, micro_batch_size=2, rank=0, world_size=2, num_workers=2, prefetch_factor=4
@@ -212,6 +213,7 @@ def test_bad_loader_arguments(kwargs, match):
         Loader(records(3), global_batch_size=4, micro_batch_size=1, **kwargs)
 
 
+@pytest.mark.workers
 def test_a_dropped_loader_and_its_workers_are_freed_without_the_garbage_collector():
     import gc
     import weakref
@@ -228,6 +230,7 @@ def test_a_dropped_loader_and_its_workers_are_freed_without_the_garbage_collecto
         gc.enable()
 
 
+@pytest.mark.workers
 def test_close_stops_the_workers_of_a_live_iterator():
     """close() promises to stop worker processes: also those of an iterator the caller still holds (left
     running, a later fork would inherit it and torch complains when that child collects it)."""

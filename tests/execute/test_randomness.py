@@ -33,6 +33,7 @@ def data(n=37):
     return datareel.from_sequence([{"id": i} for i in range(n)], name="r")
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize(
     "before,after",
     [
@@ -55,6 +56,7 @@ def test_identical_per_position_across_topologies_and_restores(before, after):
     assert report["restored"] >= 6
 
 
+@pytest.mark.workers
 def test_values_are_a_function_of_seed_and_position_only():
     def first_values(seed, **kw):
         loader = datareel.Loader(

@@ -131,6 +131,7 @@ def test_the_planning_process_is_checked_too_without_workers():
     )
 
 
+@pytest.mark.workers
 def test_fork_and_single_process_loaders_take_local_classes():
     for kwargs in (dict(num_workers=0, multiprocessing_context="spawn"), dict(num_workers=1)):
         loader = datareel.Loader(numbers(), task_encoder=local_encoder(), shuffle=False, **OPTIONS, **kwargs)
@@ -138,7 +139,7 @@ def test_fork_and_single_process_loaders_take_local_classes():
         loader.close()
 
 
-@pytest.mark.slow  # a spawned worker process
+@pytest.mark.workers  # a spawned worker process
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_a_module_level_encoder_runs_under_spawn(method):
     reference = [b.tolist() for _, b in zip(range(3), datareel.Loader(numbers(), task_encoder=Plain(), **OPTIONS))]

@@ -22,7 +22,7 @@ import datareel
 from hangs import must_return
 from procs import die, wait_until_ended
 
-pytestmark = pytest.mark.slow  # worker processes
+pytestmark = pytest.mark.workers
 
 OPTIONS = dict(global_batch_size=4, micro_batch_size=4, world_size=1, rank=0, seed=5)
 TOTAL = 10  # micro-batches each run hands out

@@ -35,6 +35,7 @@ def test_filter_by_length_and_key_keeps_order_and_counts():
     assert calls == list(range(60))  # not again when loading
 
 
+@pytest.mark.workers
 def test_filtered_epochs_and_elastic_restore():
     data, length = docs()
     kept = datareel.filter(data, lambda m: m.length % 2 == 0, length=length)

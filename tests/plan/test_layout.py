@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from datareel import TopologyError
 from datareel.plan.layout import Layout
+from profiles import examples
 
 
 @st.composite
@@ -17,7 +18,7 @@ def layouts(draw):
     return Layout(global_batch_size=A * m * W, micro_batch_size=m, world_size=W)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(layout=layouts(), b=st.integers(0, 10**9))
 def test_formula_and_global_batch_is_a_block(layout, b):
     G, m, W, A = layout.global_batch_size, layout.micro_batch_size, layout.world_size, layout.accumulation_steps
@@ -30,7 +31,7 @@ def test_formula_and_global_batch_is_a_block(layout, b):
     assert seen == list(range(b * G, (b + 1) * G))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(layout=layouts(), length=st.integers(1, 500))
 def test_finite_reel_every_position_once_and_shares_balanced(layout, length):
     W, S = layout.world_size, layout.step_size
@@ -77,7 +78,7 @@ def test_positions_dtype():
     assert pos.dtype == np.int64 and pos.tolist() == [4 * 10**12 + 2, 4 * 10**12 + 3]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(3))
 @given(W=st.integers(1, 5), m=st.integers(1, 4), A=st.integers(1, 3), length=st.integers(1, 200), data=st.data())
 def test_rank_steps_counts_the_non_empty_spans(W, m, A, length, data):
     layout = Layout(global_batch_size=m * W * A, micro_batch_size=m, world_size=W)

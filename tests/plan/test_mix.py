@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
@@ -15,6 +15,7 @@ from datareel import DatareelError, StateMismatchError
 from datareel.blend import build_plan
 from datareel.plan.split import left_count, split
 from datareel.testing import Topology, check_restore_everywhere
+from profiles import examples
 
 
 def seq(n, name):
@@ -38,7 +39,7 @@ def weight_lists(draw):
     return [w / sum(weights) for w in weights]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(1.5))
 @given(weights=weight_lists(), start=st.sampled_from([0, 0, 12_345, 10**12]))
 def test_exact_shares_with_low_discrepancy(weights, start):
     k = len(weights)
@@ -71,7 +72,7 @@ def test_discrepancy_achieved_is_at_most_one_and_a_half_for_eight_sources():
     assert worst <= 1.5 + 1e-6
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(a=st.integers(0, 2**24), b=st.integers(1, 2**24), q=st.integers(0, 2**62 - 2**25))
 def test_split_counts_are_exact_integer_arithmetic(a, b, q):
     a = min(a, b)
@@ -95,7 +96,7 @@ def test_each_source_keeps_its_own_epochs_and_shuffle():
         assert mine[:n].tolist() != mine[n : 2 * n].tolist()  # each epoch its own permutation
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(0.6))
 @given(
     sizes=st.lists(st.integers(1, 60), min_size=1, max_size=5),
     reps=st.lists(st.sampled_from([0.5, 1, 1, 2, 0.25, 1.5, 3]), min_size=5, max_size=5),
@@ -216,7 +217,7 @@ def _restore(s, dataset, start):
     assert report["restored"] >= 1
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4))
 @given(s=restore_scenarios(max_workers=0))
 def test_elastic_restore_nested_three_source_mix(s):
     a, b, c = (seq(n, name) for n, name in zip(s["sizes"], "abc"))
@@ -225,7 +226,7 @@ def test_elastic_restore_nested_three_source_mix(s):
     _restore(s, nested, start)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4))
 @given(s=restore_scenarios(max_workers=0))
 def test_elastic_restore_epochized_mix_across_meta_epochs(s):
     sources = [seq(n, name) for n, name in zip(s["sizes"], "abc")]
@@ -235,7 +236,8 @@ def test_elastic_restore_epochized_mix_across_meta_epochs(s):
     _restore(s, blend, start)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.06))
 @given(s=restore_scenarios(max_workers=2))
 def test_elastic_restore_blends_with_worker_processes(s):
     a, b, c = (seq(n, name) for n, name in zip(s["sizes"], "abc"))
@@ -313,7 +315,7 @@ def blend_trees(draw, depth=0, finite=False):
     start=st.sampled_from([0, 1, 4_999, 123_456, 10**9 + 7, 10**12, 2**62 - 5_000]),
     count=st.integers(1, 3000),
 )
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5))
 def test_a_compiled_mix_resolves_every_position_as_its_split_tree(tree, seed, shuffle, start, count):
     """The vectorised MixNode (all leaves in one pass, nested mixes merged) equals the node-by-node tree it
     was compiled from, position by position, across epoch boundaries of every source and deep positions."""
@@ -342,7 +344,7 @@ def test_a_hundred_source_mix_is_one_compiled_node_with_nested_mixes_merged():
 
 
 @given(tree=blend_trees(), seed=st.integers(0, 2**16), count=st.integers(0, 4000))
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.2))
 def test_consumed_counts_each_sources_share_of_a_reel_prefix_without_resolving_it(tree, seed, count):
     """What `datareel verify` reports per source (epoch and offset): the leaves' counts among the first
     `count` positions, computed from the tree, equal counting the resolved positions."""

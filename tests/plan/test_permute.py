@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from datareel.plan.permute import feistel_width, permute
 from datareel.plan.rng import permutation_keys
+from profiles import examples
 
 PINNED_20 = [7, 9, 5, 3, 19, 16, 17, 6, 10, 0, 12, 11, 8, 14, 18, 15, 1, 2, 13, 4]
 KEYS = [permutation_keys(seed, source, epoch) for seed, source, epoch in [(0, 0, 0), (1, 7, 3), (2**40, 12345, 999)]]
@@ -44,7 +45,7 @@ def test_keys_change_the_order():
     assert not np.array_equal(permute(np.arange(n), n, KEYS[0]), np.arange(n))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(n=st.integers(1, 10**12), data=st.data())
 def test_vectorised_equals_one_at_a_time(n, data):
     idx = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=20))
@@ -87,7 +88,7 @@ def mixed_domains(draw):
 
 
 @given(mixed_domains())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 def test_permute_each_equals_permute_element_by_element(domains):
     from datareel.plan.permute import permute_each
 

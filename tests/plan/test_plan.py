@@ -6,9 +6,10 @@ from hypothesis import strategies as st
 
 from datareel.plan.epochs import source_indices
 from datareel.plan.nodes import ReelPlan
+from profiles import examples
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(1))
 @given(n=st.integers(1, 3000), seed=st.integers(0, 2**63), epochs=st.integers(1, 4))
 def test_each_epoch_is_a_permutation_and_epochs_differ(n, seed, epochs):
     plan = ReelPlan.single(size=n, name="src", seed=seed, shuffle=True)
@@ -20,7 +21,7 @@ def test_each_epoch_is_a_permutation_and_epochs_differ(n, seed, epochs):
         assert not np.array_equal(per_epoch[0], per_epoch[1])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(1))
 @given(n=st.integers(1, 5000), seed=st.integers(0, 2**32), start=st.integers(0, 10**13), k=st.integers(1, 300))
 def test_resolving_a_window_equals_resolving_each_position(n, seed, start, k):
     plan = ReelPlan.single(size=n, name="src", seed=seed, shuffle=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
@@ -34,6 +34,7 @@ from datareel.testing import (
     take_micro_step,
 )
 from encoders import Keys, Knapsack, NoisyEncoder, Packer, lengths_dataset
+from profiles import examples
 from state_edit import edited
 
 
@@ -87,7 +88,7 @@ def test_ramp_up_sizes_are_megatrons(setting):
     assert schedule.start(10**12) == starts[last] + (10**12 - last) * final
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(1.5))
 @given(
     start=st.integers(1, 64),
     increment=st.integers(1, 64),
@@ -164,19 +165,20 @@ def _run(s):
     assert report["restored"] >= 1  # at least every global-batch boundary restores
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.2))
 @given(s=scenarios(max_workers=0))
 def test_schedules_restore_everywhere_in_process(s):
     _run(s)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.1))
 @given(s=scenarios(max_workers=2))
 def test_schedules_restore_everywhere_with_worker_processes(s):
     _run(s)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.6))
 @given(
     schedule=schedules(unit=1),
     W=st.integers(1, 3),
@@ -219,7 +221,7 @@ def shifting(draw):
     return dict(schedule=list(zip([0, *firsts], early + late)), before=(W, m), after=(W2, m2))
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.5))
 @given(s=shifting(), n=st.integers(1, 120), seed=st.integers(0, 2**32), kind=st.sampled_from(["plain", "packing"]))
 def test_restores_past_sizes_the_new_topology_cannot_split_continue_off_the_grid(s, n, seed, kind):
     (W, m), (W2, m2) = s["before"], s["after"]
@@ -235,7 +237,7 @@ def test_restores_past_sizes_the_new_topology_cannot_split_continue_off_the_grid
     assert report["restored"] >= 1
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4))
 @given(
     old=schedules(unit=1),
     new=schedules(unit=6),
@@ -379,7 +381,7 @@ def _stream(loader, count):
     return [p for _ in range(count) for p in next(it)["__positions__"].tolist()]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4))
 @given(
     old=schedules(unit=2),
     new=schedules(unit=2),
@@ -460,7 +462,7 @@ def _packed_options(kind: str, length) -> dict:
     return {"task_encoder": Knapsack(), "stage": datareel.WindowedStage(window=8, pack=True)}
 
 
-@pytest.mark.parametrize("kind", ["packing", "online"])
+@pytest.mark.parametrize("kind", ["packing", pytest.param("online", marks=pytest.mark.workers)])
 def test_a_size_change_with_packing_continues_the_same_packs(kind):
     """The same holds for packs: the cursor counts packs, and the packs after it are the saved run's.
     RampUp(2, 2, 12, 6) cuts 2, 2, 2, 4, 4, 6, ...: 4 batches end at pack 10, which 2 ranks of 3
@@ -487,7 +489,8 @@ def test_a_size_change_with_packing_continues_the_same_packs(kind):
         loader.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.25))
 @given(
     W=st.integers(1, 2),
     W2=st.integers(1, 2),

@@ -12,13 +12,15 @@ import math
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
 from datareel.cli.prepare import prepare_webdataset
 from datareel.testing import Topology, check_restore_everywhere
 from encoders import NoisyEncoder
+from profiles import examples
 from state_edit import edited
 from wds_helpers import build_shards
 
@@ -73,13 +75,14 @@ def _check_exactly_once_per_epoch(data, s):
             assert sorted(seen) == list(range(n))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2))
 @given(s=scenarios(min_workers=0, max_workers=0, max_steps=40))
 def test_elastic_restore_in_process(s):
     _run(s)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.2))
 @given(s=scenarios(min_workers=1, max_workers=3, max_steps=24))
 def test_elastic_restore_with_worker_processes(s):
     _run(s)
@@ -103,7 +106,8 @@ class KeyNoise:
         }
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.06))
 @given(
     W=st.integers(1, 3),
     W2=st.integers(1, 3),
@@ -131,7 +135,7 @@ def test_elastic_restore_on_a_webdataset_source_with_2_workers(W, W2, m, m2, fac
     assert report["restored"] >= 1
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4))
 @given(
     n=st.integers(1, 60),
     W=st.integers(1, 4),

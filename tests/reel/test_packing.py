@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import datareel
@@ -20,6 +20,7 @@ from datareel.cli.prepare import prepare_webdataset
 from datareel.plan.pack import first_fit_decreasing, plan_window
 from datareel.testing import Topology, check_restore_everywhere
 from encoders import Packer, lengths_dataset
+from profiles import examples
 from wds_helpers import write_shard
 from where import HELPERS
 
@@ -48,7 +49,7 @@ def test_over_length_policies():
     assert dropped.size == 0 and [1] in [p.tolist() for p in packs] and [3] in [p.tolist() for p in packs]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(0.4))
 @given(
     lengths=st.lists(st.integers(0, 30), min_size=1, max_size=300),
     cap=st.integers(10, 40),
@@ -211,13 +212,14 @@ def _packed_restore(s):
     assert report["restored"] >= 1
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.4))
 @given(s=packed_scenarios(max_workers=0))
 def test_elastic_restore_with_packing(s):
     _packed_restore(s)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.05))
 @given(s=packed_scenarios(max_workers=2))
 def test_elastic_restore_with_packing_and_worker_processes(s):
     _packed_restore(s)
@@ -353,7 +355,7 @@ def test_a_window_whose_samples_are_all_dropped_yields_no_pack():
     assert packs == [[i] for i in range(1, 9)] and loader.dropped == 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(0.6))
 @given(
     lengths=st.lists(st.integers(0, 40), min_size=1, max_size=120),
     cap=st.integers(5, 30),
@@ -396,7 +398,7 @@ def test_every_pack_is_non_empty_and_within_max_length(lengths, cap, window, pol
                 assert total <= cap or (len(ids) == 1 and policy == "own_pack")
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", [0, pytest.param(1, marks=pytest.mark.workers)])
 def test_dropped_counts_each_sample_once_when_the_pass_ends_on_a_step_boundary(workers):
     lengths = [50 if i % 10 == 0 else 5 for i in range(200)]
     data, length = lengths_dataset(lengths)
@@ -485,7 +487,7 @@ def test_an_endless_packed_reel_that_can_never_yield_a_pack_raises_instead_of_ha
 # -- review findings: a finished packed pass, numpy options, the length digest, rare fitting samples ----------
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.3))
 @given(
     lengths=st.lists(st.sampled_from([3, 5, 8, 50, 50]), min_size=1, max_size=40),
     window=st.integers(1, 8),

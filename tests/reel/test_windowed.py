@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
@@ -18,6 +18,7 @@ from datareel import OptionError, WindowedStage
 from datareel.energon import stateless
 from datareel.testing import Topology, check_restore_everywhere
 from encoders import Knapsack
+from profiles import examples
 
 
 class Splitter:
@@ -71,19 +72,20 @@ def _restore(s, encoder, pack, background=False):
     assert report["restored"] >= 1  # at least the state after the first global batch restores everywhere
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.3))
 @given(s=scenarios(max_workers=0))
 def test_generator_outputs_restore_at_every_micro_step(s):
     _restore(s, Splitter(), pack=False)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.3))
 @given(s=scenarios(max_workers=0))
 def test_online_packing_restores_at_every_micro_step(s):
     _restore(s, Knapsack(), pack=True)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.workers
+@settings(max_examples=examples(0.04))
 @given(s=scenarios(max_workers=2))
 def test_windowed_stage_restores_with_worker_processes_and_background_planning(s):
     _restore(s, Knapsack(), pack=True, background=True)
@@ -125,6 +127,7 @@ def plain(batches):
     return [{**b, "__positions__": b["__positions__"].tolist()} for b in batches]
 
 
+@pytest.mark.workers
 def test_background_planning_gives_the_same_batches_and_restores():
     common = dict(global_batch_size=4, micro_batch_size=2, world_size=1, seed=4, task_encoder=Knapsack())
     inline = datareel.Loader(records(60), stage=WindowedStage(window=9, pack=True, background=False), **common)
@@ -226,7 +229,7 @@ class FailsOnSeven(Splitter):
         yield {"id": sample["id"], "part": 0, "noise": 0}
 
 
-@pytest.mark.parametrize("background", [False, True])
+@pytest.mark.parametrize("background", [False, pytest.param(True, marks=pytest.mark.workers)])
 def test_a_planned_failure_is_left_out_and_the_handler_is_told_in_the_training_process(background):
     failures.clear()
     loader = datareel.Loader(
@@ -338,6 +341,7 @@ class StuckInChild(SlowPlanner):
         return dataclasses.replace(plan, seconds=0.0)
 
 
+@pytest.mark.workers
 def test_a_stuck_planning_process_is_stopped_and_the_window_planned_inline(caplog):
     from datareel.blend import build_plan
     from datareel.plan.layout import Layout
@@ -384,6 +388,7 @@ class FailsInChild(SlowPlanner):
         return super().__call__(window, positions, source_ids, indices)
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("die", [True, False], ids=["dies", "raises an exception that does not unpickle"])
 def test_a_failing_planning_process_is_named_promptly_and_the_window_is_not_lost(die):
     from datareel.blend import build_plan

@@ -3,7 +3,7 @@
 Each input either works or raises a :class:`datareel.DatareelError` subclass naming what is wrong,
 within a time bound (a hang is a failure, not a slow test) and without a huge allocation (a
 damaged index that claims terabytes must be refused before reading).  Bounded for CI; run
-longer with ``DATAREEL_FUZZ_EXAMPLES=5000 pytest tests/sources/test_fuzz.py``.
+longer with ``DATAREEL_EXAMPLES=5000 pytest tests/sources/test_fuzz.py``.
 
 The tar header parser's own fuzz tests are in ``test_hardening_tar.py``.
 """
@@ -11,7 +11,6 @@ The tar header parser's own fuzz tests are in ``test_hardening_tar.py``.
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import struct
 from pathlib import Path
@@ -25,15 +24,13 @@ import datareel
 from datareel import DatareelError
 from datareel.cli.prepare import prepare_jsonl, prepare_webdataset
 from hangs import bounded
+from profiles import examples
 from wds_helpers import write_shard
 
-EXAMPLES = int(os.environ.get("DATAREEL_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
+    max_examples=examples(0.6),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
 )
-MEMORY = 4 << 30  # address space while fuzzing: a 1 TiB (or 64 GiB) allocation fails instead of swapping
 
 
 def read_everything(path: Path) -> None:

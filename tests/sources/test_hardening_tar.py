@@ -4,18 +4,16 @@ raises a named TarFormatError; real tar files still parse. (Split by layer from 
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datareel.sources.tarparse import TarFormatError, scan_tar
 from hangs import must_return
+from profiles import examples
 from tar_bits import header, members, pax
-
-FUZZ_EXAMPLES = int(os.environ.get("DATAREEL_FUZZ_EXAMPLES", "60"))  # as in test_fuzz.py: raise it to fuzz longer
 
 
 @pytest.mark.parametrize(
@@ -49,7 +47,7 @@ def test_a_well_formed_pax_path_still_names_the_member():
     assert [(name, size) for name, _, size in members(blob)] == [("dir/long-name.txt", 3)]
 
 
-@settings(max_examples=5 * FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(3))
 @given(
     size_field=st.binary(min_size=12, max_size=12),
     kind=st.sampled_from([b"0", b"x", b"L", b"5", b"2", b"\0"]),
@@ -65,7 +63,7 @@ def test_fuzzed_headers_parse_or_raise_a_tar_format_error(size_field, kind, payl
             pass
 
 
-@settings(max_examples=4 * FUZZ_EXAMPLES, deadline=None)
+@settings(max_examples=examples(2.4))
 @given(records=st.lists(st.tuples(st.integers(-3, 40), st.binary(max_size=30)), max_size=5))
 def test_fuzzed_pax_records_parse_or_raise_a_tar_format_error(records):
     payload = b"".join(f"{n} ".encode() + body for n, body in records)

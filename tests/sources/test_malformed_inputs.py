@@ -30,13 +30,12 @@ import datareel
 from datareel import DatareelError, DatasetError
 from datareel.cli.prepare import prepare_jsonl, prepare_webdataset
 from hangs import bounded
+from profiles import examples
 from wds_helpers import write_shard
 from where import HELPERS
 
-EXAMPLES = int(os.environ.get("DATAREEL_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
+    max_examples=examples(0.6),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
 )
 HEADER = {"__module__": "megatron.energon", "__class__": "MetadatasetV2"}
@@ -683,7 +682,7 @@ def test_a_huge_shard_count_beside_an_exclude_by_key_is_a_named_error(tmp_path, 
 
 
 @given(excluded=st.sets(st.integers(0, 5), max_size=5))
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(0.3), suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_excluding_samples_by_key_keeps_the_others_in_order(world, excluded):
     root = Path(tempfile.mkdtemp(prefix="copy-", dir=world.parent))
     try:
@@ -814,6 +813,7 @@ def test_a_zero_count_for_a_shard_that_holds_samples_is_refused_at_open(tmp_path
         datareel.open_dataset(root)
 
 
+@pytest.mark.workers
 def test_a_shard_that_is_really_empty_opens_with_a_zero_count(tmp_path):
     root = tmp_path / "d"
     write_shard(root / "parts" / "p-0.tar", [("a", {"txt": b"x"})])

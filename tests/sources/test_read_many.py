@@ -9,7 +9,7 @@ import tarfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
@@ -18,6 +18,7 @@ from datareel.errors import DatareelError
 from datareel.sources.tarparse import BLOCK, TarFormatError, iter_members, plain_members
 from datareel.sources.view import SourceView
 from datareel.sources.webdataset import WebDatasetSource
+from profiles import examples
 from tar_bits import header, pax
 from wds_helpers import build_shards, sample_parts, write_shard
 
@@ -96,7 +97,7 @@ def parse_one_by_one(blob: bytes, start: int):
         return "error"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(3))
 @given(samples=st.lists(SAMPLE, min_size=1, max_size=8), plain_only=st.lists(st.tuples(KEY, DATA), max_size=4))
 def test_plain_members_agrees_with_iter_members_or_leaves_the_sample(samples, plain_only):
     every_plain = b"".join(plain(k + b".txt", d) for k, d in plain_only)  # always taken by the fast path
@@ -239,6 +240,7 @@ def test_a_subclass_reading_its_own_way_and_big_samples_are_read_one_by_one(mixe
     assert same(capped[0], first[0]) and capped[1:] == [None] * 4
 
 
+@pytest.mark.workers
 def test_the_workers_result_pipe_holds_a_whole_batch(mixed):
     import fcntl
 

@@ -75,6 +75,7 @@ def few_open(monkeypatch):
     handles_module.handles().close_all()
 
 
+@pytest.mark.workers
 def test_reading_every_shard_keeps_at_most_the_limit_open(tmp_path, few_open):
     total = write_tiny_shards(tmp_path, shards=40, per_shard=3)
     prepare_webdataset(tmp_path, progress=False)
@@ -88,6 +89,7 @@ def test_reading_every_shard_keeps_at_most_the_limit_open(tmp_path, few_open):
     assert len(seen) == total and handles_module.handles().opened > 40  # shards were closed and opened again
 
 
+@pytest.mark.workers
 def test_an_index_still_held_survives_the_eviction_of_its_shard(tmp_path, few_open):
     """Evicting a shard closes its descriptor but must not unmap an index array someone still holds."""
     write_tiny_shards(tmp_path, shards=10, per_shard=3)
@@ -101,6 +103,7 @@ def test_an_index_still_held_survives_the_eviction_of_its_shard(tmp_path, few_op
     assert held.tolist() == expected and ds.read(1)["__key__"] == "k00000_1"
 
 
+@pytest.mark.workers
 def test_reads_from_threads_share_the_bounded_set_safely(tmp_path, few_open):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -113,6 +116,7 @@ def test_reads_from_threads_share_the_bounded_set_safely(tmp_path, few_open):
     assert len(got) == 3 * total and all(text == f"{i // 4}-{i % 4}" for i, text in got)
 
 
+@pytest.mark.workers
 def test_open_reads_no_shard_and_the_first_read_checks_it(tmp_path):
     write_tiny_shards(tmp_path, shards=30, per_shard=2)
     prepare_webdataset(tmp_path, progress=False)
@@ -251,6 +255,7 @@ def test_scan_in_order_keeps_a_bounded_window_and_stops_at_the_first_error():
     assert len(started) <= 40 + 1 + 2 * 3  # nothing after the window was started
 
 
+@pytest.mark.workers
 def test_a_duplicate_key_far_apart_is_named_by_both_shards_and_nothing_is_left(tmp_path):
     write_template_shards(tmp_path, 12, 30)
     shard = tmp_path / "parts" / "s00009.tar"
@@ -271,6 +276,7 @@ def test_a_duplicate_key_far_apart_is_named_by_both_shards_and_nothing_is_left(t
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no .idx, no .nv-meta
 
 
+@pytest.mark.workers
 def test_a_killed_prepare_leaves_one_staging_directory_which_the_next_run_removes(tmp_path):
     write_template_shards(tmp_path, 3, 5)
     script = textwrap.dedent(
@@ -326,6 +332,7 @@ def test_a_small_index_is_read_into_memory_and_a_large_one_mapped(tmp_path, monk
     assert open_fds() == before  # the map's own descriptor went with the array
 
 
+@pytest.mark.workers
 def test_staging_directories_of_live_or_foreign_runs_are_left_and_unwritable_shard_folders_refused(
     tmp_path, monkeypatch
 ):

@@ -33,6 +33,7 @@ from datareel.plan import schedule as schedule_module
 from datareel.plan.layout import Layout
 from datareel.state import state_check
 from hangs import bounded, must_return
+from profiles import examples
 
 PIECES = 10_000
 """The documented bound on the pieces a global batch size schedule resolves into."""
@@ -345,7 +346,7 @@ def forget(job_dir):
     (job_dir / "IMPORTED-job_code").unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("what", ["encoder", "length function"])
+@pytest.mark.parametrize("what", [pytest.param("encoder", marks=pytest.mark.workers), "length function"])
 def test_inspect_imports_nothing_a_state_names_unless_told(job_dir, capsys, what):
     state = named_state(job_dir, what)
     marker = job_dir / "IMPORTED-job_code"
@@ -364,7 +365,7 @@ def test_inspect_imports_nothing_a_state_names_unless_told(job_dir, capsys, what
     assert marker.exists() and json.loads(capsys.readouterr().out)["per_source"]["sources"]
 
 
-@pytest.mark.parametrize("what", ["encoder", "length function"])
+@pytest.mark.parametrize("what", [pytest.param("encoder", marks=pytest.mark.workers), "length function"])
 def test_verify_imports_nothing_a_state_names_unless_told(job_dir, capsys, what):
     state = named_state(job_dir, what)
     marker = job_dir / "IMPORTED-job_code"
@@ -605,8 +606,7 @@ def _accepts_or_refuses(call):
 
 
 @settings(
-    max_examples=int(__import__("os").environ.get("DATAREEL_FUZZ_EXAMPLES", "120")),
-    deadline=None,
+    max_examples=examples(1.2),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
 @given(kind=st.sampled_from(KINDS), data_=st.data())

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import datareel
 from datareel import DatareelError, Loader, StateMismatchError, TopologyError
+from profiles import examples
 from state_edit import edited
 
 
@@ -83,7 +84,7 @@ def test_world_size_not_dividing_global_batch_over_micro_batch():
     assert "global_batch_size=12" in str(err.value) and "world_size=5" in str(err.value)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(0.5))
 @given(n=st.integers(1, 10**15), W=st.integers(1, 4096), N=st.integers(0, 64), cursor=st.integers(0, 10**18))
 def test_state_size_does_not_grow(n, W, N, cursor):
     class Huge:

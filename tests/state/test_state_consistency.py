@@ -9,12 +9,13 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datareel
 from datareel import DatareelError, Packing, StateMismatchError
 from datareel.testing import make_ranks, take_global_batches
+from profiles import examples
 
 LENGTHS = np.random.default_rng(7).integers(1, 9, size=37)
 
@@ -101,7 +102,7 @@ TOPOLOGY = dict(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(0.6))
 @given(**TOPOLOGY)
 def test_every_state_a_loader_writes_restores_the_same_stream(packed, W, m, accumulation, steps):
     loaders = build(packed, W, m, accumulation)
@@ -115,7 +116,7 @@ def test_every_state_a_loader_writes_restores_the_same_stream(packed, W, m, accu
     assert continuation(build(packed, **other), state) == expected
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1.5))
 @given(**TOPOLOGY, data=st.data())
 def test_a_mutated_state_is_refused_or_continues_the_same_stream(packed, W, m, accumulation, steps, data):
     loaders = build(packed, W, m, accumulation)

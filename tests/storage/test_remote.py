@@ -103,6 +103,7 @@ def test_opening_requests_no_shard_and_a_sample_is_one_ranged_get(datasets, tmp_
     assert files.requests - before == 7
 
 
+@pytest.mark.workers
 def test_elastic_restore_on_a_remote_dataset(datasets):
     _, url = datasets
     report = check_restore_everywhere(
@@ -116,6 +117,7 @@ def test_elastic_restore_on_a_remote_dataset(datasets):
     assert report["restored"] >= 3
 
 
+@pytest.mark.workers
 def test_a_blend_of_a_local_and_a_remote_dataset_restores_elastically(datasets):
     root, url = datasets
     blend = datareel.mix(
@@ -321,6 +323,7 @@ def prepared_in_bucket(tmp_path: Path, bucket: str, **shards) -> Path:
     return raw
 
 
+@pytest.mark.workers
 def test_prepare_on_a_url_writes_the_same_metadata_as_locally(server, tmp_path):
     """`datareel prepare s3://...` indexes shards in the bucket; the result reads like a local prepare's."""
     import boto3
@@ -395,7 +398,11 @@ def test_energon_reads_a_bucket_prepared_by_datareel_through_its_own_msc_support
 
 
 @pytest.mark.parametrize(
-    "faults,workers", [(dict(fail_first=7, status=503), 0), (dict(drop_first=5), 2)], ids=["503 bursts", "drops"]
+    "faults,workers",
+    [
+        pytest.param(dict(fail_first=7, status=503), 0, id="503 bursts"),
+        pytest.param(dict(drop_first=5), 2, id="drops", marks=pytest.mark.workers),
+    ],
 )
 def test_training_through_server_errors_yields_the_same_batches(datasets, monkeypatch, faults, workers):
     """Ranged GETs fail (503) or drop mid-body while a loader reads: the retries make it invisible."""

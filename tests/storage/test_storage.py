@@ -12,6 +12,7 @@ import datareel
 from datareel.errors import DatasetError, OptionError
 from datareel.storage import files_for, is_remote, join
 from datareel.storage.remote import RemoteFiles, Retry
+from profiles import examples
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,7 @@ def test_errors_that_persist_end_in_a_named_error_after_the_bounded_retries(faul
     assert files.requests == 2  # ours; MSC and botocore retry inside each (their bounded counts)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(2))
 @given(
     st.lists(st.tuples(st.integers(0, 1 << 22), st.integers(0, 1 << 20)), min_size=1, max_size=40),
     st.integers(0, 1 << 17),
