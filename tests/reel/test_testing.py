@@ -54,3 +54,29 @@ def test_a_pipeline_with_unkeyed_randomness_fails_the_check():
 def test_a_start_that_is_not_a_global_batch_boundary_is_refused():
     with pytest.raises(datareel.OptionError, match="start=3"):
         check_restore_everywhere(DATA, global_batch_size=4, before=Topology(1, 0, 1), after=Topology(1, 0, 1), start=3)
+
+
+class WorkerSide:
+    """Gives other samples in a DataLoader worker than in the main process: the batch is not a function of
+    its descriptor alone, which only a run through real worker processes can show."""
+
+    def encode_sample(self, sample):
+        import torch.utils.data
+
+        return {**sample, "in_worker": torch.utils.data.get_worker_info() is not None}
+
+
+@pytest.mark.workers
+def test_a_pipeline_whose_batches_depend_on_the_worker_fails_the_worker_check():
+    with pytest.raises(AssertionError, match=r"restore at cursor \d+ on .* \(its worker processes\) differs"):
+        check_restore_everywhere(
+            DATA, global_batch_size=4, before=Topology(2, 0, 1), after=Topology(1, 1, 2), task_encoder=WorkerSide()
+        )
+
+
+@pytest.mark.workers
+def test_restores_into_worker_processes_pass_for_a_deterministic_pipeline():
+    report = check_restore_everywhere(
+        DATA, global_batch_size=6, before=Topology(3, 1, 1), after=Topology(2, 2, 1), task_encoder=Augment()
+    )
+    assert report == {"restored": 4, "refused": 4, "steps": 8, "end": 24}  # cursors 3, 9, 15, 21: m W = 2

@@ -8,11 +8,19 @@ task encoders.  It
 2. runs topology ``before`` in lockstep over the same window, checking its
    global batches against the reference and saving the state after *every*
    micro-step (all ranks must give the identical state);
-3. restores each saved state into topology ``after`` (one set of loaders,
-   reused, so worker processes start once) and checks that the rest of the run
-   equals the reference's, global batch by global batch.  A state the ``after``
-   layout cannot split must be refused with ``TopologyError`` instead;
-4. round-trips every state: it survives ``json.dumps``/``json.loads`` and a
+3. restores each saved state into topology ``after`` and checks that the rest of
+   the run equals the reference's, global batch by global batch.  A state the
+   ``after`` layout cannot split must be refused with ``TopologyError`` instead.
+   These restores run in this process (``after`` with ``num_workers=0``, one set
+   of loaders reused): a batch is a pure function of its descriptor, so worker
+   processes only decide who computes it, and restoring every step through a
+   worker pool would cost the square of the steps in worker round trips;
+4. where ``after`` has workers, restores its real worker processes (one set of
+   loaders, so they start once) at the first and at the last restorable state
+   and checks that they continue with the same global batches: the one linear
+   check that N workers give what 0 workers give, a restore into a loader whose
+   persistent workers already ran included;
+5. round-trips every state: it survives ``json.dumps``/``json.loads`` and a
    restored loader reports exactly the state it was given.
 
 A failed check raises :class:`AssertionError` with what differed (explicitly,
@@ -119,6 +127,29 @@ def splits(schedule: BatchSchedule, cursor: int, step_size: int) -> bool:
     return all(size % step_size == 0 for _, size in schedule.sizes_from(b))
 
 
+def _continue_identically(
+    loaders: list[Loader],
+    state: dict[str, Any],
+    expected: list[Any],
+    stop: int,
+    G: BatchSchedule,
+    where: str,
+    loaded: bool = False,
+) -> None:
+    """Check that ``loaders`` (one topology's ranks), restored from ``state`` (here, unless ``loaded``), report
+    it back and continue with ``expected``, global batch by global batch, up to ``stop``."""
+    for loader in [] if loaded else loaders:
+        loader.load_state_dict(state)
+    for loader in loaders:
+        again = json.dumps(loader.state_dict(), sort_keys=True)
+        expect(again == json.dumps(state, sort_keys=True), f"restored {state}, but the loader reports {again}")
+    rest = [r for records, _ in _steps(loaders, [iter(loader) for loader in loaders], stop, G) for r in records]
+    expect(
+        by_global_batch(rest, G) == by_global_batch(expected, G),
+        f"restore at cursor {state['cursor']} on {where} differs from the uninterrupted run",
+    )
+
+
 def check_restore_everywhere(
     dataset: Any,
     *,
@@ -157,8 +188,10 @@ def check_restore_everywhere(
     consumed = [r for records, _ in steps for r in records]
     expect(consumed == reference, f"the uninterrupted run on {before} differs from the single-rank reference")
 
-    second = after.loaders(dataset, **common)
+    in_process = Topology(after.world_size, 0, after.micro_batch_size)
+    second = in_process.loaders(dataset, **common)
     restored = refused = 0
+    restorable: list[dict[str, Any]] = []
     for _records, state_json in steps:
         state = json.loads(state_json)
         cursor = state["cursor"]
@@ -171,22 +204,21 @@ def check_restore_everywhere(
             expect(cursor != end or end == stop, f"the state at the end of the pass ({cursor}) was refused")
             refused += 1
             continue
-        for loader in second:
-            again = json.dumps(loader.state_dict(), sort_keys=True)
-            expect(again == json.dumps(state, sort_keys=True), f"restored {state}, but the loader reports {again}")
         expect(
             splits(G, cursor, after.micro_batch_size * after.world_size)
             or second[0].reel.at_end(second[0].reel_cursor),
             f"a state at cursor "
             f"{cursor} was restored on {after} although m W cannot split the global batches from there",
         )
-        rest = [r for records, _ in _steps(second, [iter(loader) for loader in second], stop, G) for r in records]
-        expected = reference[cursor - start :]
-        expect(
-            by_global_batch(rest, G) == by_global_batch(expected, G),
-            f"restore at cursor {cursor} on {after} differs from the uninterrupted run",
-        )
+        _continue_identically(second, state, reference[cursor - start :], stop, G, f"{after}", loaded=True)
+        restorable.append(state)
         restored += 1
-    for loader in first + second:
+    # N workers give what 0 workers give: the real worker processes continue from the first and the last
+    # restorable state (the second restore goes into loaders whose persistent workers already ran)
+    workers = after.loaders(dataset, **common) if after.num_workers and restorable else []
+    for state in restorable[:1] + restorable[1:][-1:] if workers else []:
+        where = f"{after} (its worker processes)"
+        _continue_identically(workers, state, reference[state["cursor"] - start :], stop, G, where)
+    for loader in first + second + workers:
         loader.close()
     return {"restored": restored, "refused": refused, "steps": len(steps), "end": end}
