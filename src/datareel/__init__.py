@@ -26,7 +26,7 @@ The layers (a module imports only from the ones listed above it)::
     blend/      the dataset trees users compose: mix, mix_epochized, concat, metadataset, open_dataset
     reel/       L3 Cursor + the Reel protocol (plain, packed, windowed): a rank's (descriptor, cursor after) stream
     execute/    L4 worker side: descriptor -> batch; task-encoder protocol; per-sample randomness; window planner
-    state.py    the state format and fingerprint checks;  dist.py  torch.distributed
+    state/      the state format: Spec schema, checks;     dist.py  torch.distributed
     loader.py   L5 DataLoader glue; the cursor queue; state_dict / load_state_dict
     energon/    Energon's loader API, sample types and task-encoder toolkit over datareel
     cli/        datareel prepare, info, inspect, verify, preview, plot, demo (and the length-index builder)
@@ -55,6 +55,8 @@ _LAZY = {
     "SampleContextError": ".errors",
     "StateError": ".errors",
     "StateMismatchError": ".errors",
+    "StateVersionError": ".errors",
+    "StateCheckError": ".errors",
     "StateDamagedError": ".errors",
     "ForeignStateError": ".errors",
     "StorageError": ".errors",
@@ -84,9 +86,11 @@ if TYPE_CHECKING:
         ForeignStateError,
         OptionError,
         SampleContextError,
+        StateCheckError,
         StateDamagedError,
         StateError,
         StateMismatchError,
+        StateVersionError,
         StorageError,
         TopologyError,
     )
@@ -129,9 +133,11 @@ __all__ = [
     "SampleContextError",
     "SampleMeta",
     "Source",
+    "StateCheckError",
     "StateDamagedError",
     "StateError",
     "StateMismatchError",
+    "StateVersionError",
     "StorageError",
     "TaskEncoder",
     "TopologyError",
