@@ -13,8 +13,8 @@ import pytest
 
 import datareel
 from datareel.cli.prepare import prepare_webdataset
-from datareel.sources import handles as handles_module
 from datareel.sources.handles import Handle, OpenShards
+from datareel.storage import handles as handles_module
 from wds_helpers import write_template_shards, write_tiny_shards
 
 

@@ -135,18 +135,21 @@ def shorten(name: str, limit: int = 80) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
-def file_check(path: Path, count: int) -> list[Any]:
-    """``[samples, bytes, digest of the first and last 64 KiB]``: what a length index must still match."""
+def file_check(path: Any, count: int) -> list[Any]:
+    """``[samples, bytes, digest of the first and last 64 KiB]``: what a length index must still match
+    (read through the store of ``path``: a local path or a URL)."""
     import hashlib
 
+    from ..storage import NotFound, files_for
+
+    url = str(path)
+    files = files_for(url)
     try:
-        size = path.stat().st_size
+        size = files.info(url).size
         digest = hashlib.blake2b(digest_size=8)
-        with open(path, "rb") as f:
-            digest.update(f.read(1 << 16))
-            f.seek(max(0, size - (1 << 16)))
-            digest.update(f.read(1 << 16))
-    except FileNotFoundError:  # a shard gone: its check differs from any recorded one (named as stale)
+        digest.update(files.read_range(url, 0, min(size, 1 << 16)))
+        digest.update(files.read_range(url, max(0, size - (1 << 16)), size))
+    except NotFound:  # a shard gone: its check differs from any recorded one (named as stale)
         return [count, None, None]
     return [count, size, digest.hexdigest()]
 

@@ -8,7 +8,6 @@ sample ends.  Sample ``i`` is the byte range ``[idx[i], idx[i+1])``.
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -16,46 +15,29 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..errors import DatasetError
-from ..storage import NotFound
-from ..storage.path import RemotePath
+from ..errors import DatasetError, NotFound
+from ..storage import files_for
 
 DTYPE = np.dtype("<u8")
 
 
 MAP_FROM = 1 << 16
-"""Index files of this size and more (shards of 8,191+ samples) are memory-mapped (shared, reclaimable
-pages; one more descriptor); smaller ones are read whole (cheaper to open: a shard evicted from the open
-set and opened again pays this each time), at most 64 KiB per open shard."""
+"""Index files of this size and more (shards of 8,191+ samples) are memory-mapped where the store can
+(local files: shared, reclaimable pages; one more descriptor); smaller ones are read whole (cheaper to
+open: a shard evicted from the open set and opened again pays this each time), at most 64 KiB per open
+shard.  An index in a bucket is fetched whole, once per process."""
 
 
-def read_index(path: Path | RemotePath | str) -> np.ndarray:
-    """An index file's offsets (a remote one is fetched whole, once; a large local one is mapped).
+def read_index(path: str | os.PathLike[str]) -> np.ndarray:
+    """An index file's offsets, read through the store of ``path`` (a large local one is mapped).
     -> uint64[count + 1] (read-only)"""
-    if isinstance(path, RemotePath):
-        data = path.read_bytes()
-        _check_size(len(data), path)
-        return np.frombuffer(data, dtype=DTYPE)
+    url = str(path)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise NotFound(f"index file {path} is missing; run `datareel prepare` on the dataset to write it") from None
-    try:
-        size = os.fstat(fd).st_size
-        _check_size(size, path)
-        if size >= MAP_FROM:
-            return np.frombuffer(mmap.mmap(fd, size, prot=mmap.PROT_READ), dtype=DTYPE)
-        data = b""
-        while len(data) < size:  # a regular file reads whole; loop anyway rather than trust it
-            chunk = os.pread(fd, size - len(data), len(data))
-            if not chunk:
-                raise DatasetError(
-                    f"index file {path} shrank while it was read; re-run `datareel prepare` if it is damaged"
-                )
-            data += chunk
-        return np.frombuffer(data, dtype=DTYPE)
-    finally:
-        os.close(fd)
+        data = files_for(url).view(url, map_from=MAP_FROM)
+    except (FileNotFoundError, NotFound):
+        raise NotFound(f"index file {url} is missing; run `datareel prepare` on the dataset to write it") from None
+    _check_size(len(data), url)
+    return np.frombuffer(data, dtype=DTYPE)
 
 
 def _check_size(size: int, path: object) -> None:

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetChangedError, DatasetError
-from ..storage.path import RemotePath, as_path
-from ..storage.remote import read_prefetched, remote_files
+from ..storage import Files, HandleCache, files_for
+from ..storage.handles import Handle
+from ..storage.path import as_path
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
-from .handles import Handle, handles, open_handle
 from .index_files import read_index, sample_range
 
 
@@ -52,19 +52,20 @@ def unparsable(exc: BaseException) -> str:
 class JsonlSource(Source):
     def __init__(self, path: str | os.PathLike, *, name: str | None = None):
         self.path = as_path(path)
-        self.prefetches = isinstance(self.path, RemotePath)
+        self._url = str(self.path)
+        self.prefetches = files_for(self._url).prefetches
         try:
             found = self.path.is_file()
         except OSError as exc:  # a name too long, a loop of links
             raise DatasetError(f"cannot open JSONL file {self.path}: {exc.strerror or exc}") from None
         if not found:
-            missing = isinstance(self.path, RemotePath) or not self.path.exists()
+            missing = not self.path.exists()
             raise DatasetError(
                 f"JSONL file {self.path} does not exist{meta.close_names(self.path) if missing else ''}"
                 if missing
                 else f"{self.path} is not a file: a JSONL dataset is one .jsonl file (with its .jsonl.idx)"
             )
-        idx = read_index(as_path(f"{self.path}.idx"))
+        idx = read_index(f"{self._url}.idx")
         size = self.path.stat().st_size
         if int(idx[-1]) != size:
             raise DatasetError(
@@ -75,19 +76,20 @@ class JsonlSource(Source):
             raise DatasetError(f"{self.path} holds no samples")
         self._size = len(idx) - 1
         self.name = name if name is not None else self.path.name
-        self._pid: int | None = None  # remote: the process that fetched _idx
-        self._idx: np.ndarray | None = None
-        self._fetched: dict[tuple[str, int, int], bytes] = {}  # remote: one micro-batch's lines
+        self._pid: int | None = None  # the process _handles and _fetched belong to
+        self._handles: HandleCache | None = None
+        self._fetched: dict[tuple[str, int, int], bytes] = {}  # prefetched: one micro-batch's lines
 
     def __len__(self) -> int:
         return self._size
 
     def read(self, index: int) -> dict[str, Any]:
         start, stop = sample_range(self._index(), index, lambda: f"{self.path}.idx")
-        if isinstance(self.path, RemotePath):  # prefetched with its micro-batch, else one ranged GET
-            blob = read_prefetched(self._fetched, str(self.path), start, stop)
-        else:
-            blob = handles().pread(str(self.path), self._open_file, stop - start, start)
+        cache = self._cache()
+        blob = self._fetched.pop((self._url, start, stop), None)  # prefetched with its micro-batch, else read now
+        if blob is None:
+            with cache.held():  # no other thread closes the handle while it is read
+                blob = cache.get(self._url, self._open_file).read_range(start, stop)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         if len(blob) != stop - start:  # the file no longer matches its index (checked when it was opened)
             raise DatasetChangedError(
@@ -99,28 +101,39 @@ class JsonlSource(Source):
         )
 
     def prefetch(self, indices: np.ndarray) -> None:
-        """Remote: fetch the lines together (coalesced, concurrent GETs) for :meth:`read`."""
-        if not isinstance(self.path, RemotePath):
+        """Where the store gains by it (a bucket): fetch the lines together (coalesced, concurrent GETs)."""
+        if not self.prefetches:
             return
+        self._cache()
         self._fetched = {}  # only this micro-batch's lines are held
         try:
             idx = self._index()
             ranges = [sample_range(idx, i, lambda: f"{self.path}.idx") for i in np.asarray(indices).tolist()]
         except (DatasetError, IndexError):
             return  # read() reports it for that sample
-        self._fetched = remote_files().read_ranges([(str(self.path), start, stop) for start, stop in ranges])
+        self._fetched = self._store().read_ranges([(self._url, start, stop) for start, stop in ranges])
+
+    def _store(self) -> Files:
+        return files_for(self._url)
+
+    def _cache(self) -> HandleCache:
+        """Where this source keeps its file's handle in this process (locally, the process's bounded set of
+        open files; in a bucket, for the source's life in the process)."""
+        if self._pid != os.getpid() or self._handles is None:  # first use in this process (a worker after fork)
+            self._pid, self._handles, self._fetched = os.getpid(), self._store().handle_cache(), {}
+        return self._handles
 
     def _index(self) -> np.ndarray:
-        """The line offsets. uint64[count + 1]: local, from the process's bounded set of open files;
-        remote, fetched once per process."""
-        if not isinstance(self.path, RemotePath):
-            return handles().get(str(self.path), self._open_file).index
-        if self._pid != os.getpid():
-            self._pid, self._idx, self._fetched = os.getpid(), read_index(as_path(f"{self.path}.idx")), {}
-        return self._idx
+        """The line offsets, from the file's handle (read on first use in this process). uint64[count + 1]"""
+        return self._cache().get(self._url, self._open_file).index
 
     def _open_file(self) -> Handle:
-        return open_handle(str(self.path))
+        opened = self._store().open(self._url)
+        try:
+            return Handle(opened, read_index(f"{self._url}.idx"))
+        except BaseException:
+            opened.close()
+            raise
 
     def key(self, index: int) -> str:
         return str(index)
@@ -147,4 +160,4 @@ class JsonlSource(Source):
         return {**super().describe(), "bytes": self.path.stat().st_size}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_idx": None, "_fetched": {}}
+        return {**self.__dict__, "_pid": None, "_handles": None, "_fetched": {}}

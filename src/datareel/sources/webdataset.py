@@ -6,8 +6,9 @@ with one positioned read of ``[idx[i], idx[i+1])`` from its shard.  Opening
 reads the metadata only (and checks each shard whose count is 0, which no read
 would); a shard is opened and checked on its first use in
 the process that reads it (DataLoader workers open their own after fork),
-through the process's bounded set of open shards (:mod:`.handles`).  In a
-bucket, a micro-batch's samples are fetched together (:meth:`prefetch`).
+through the store of the dataset's URL (:func:`datareel.storage.files_for`: locally,
+the process's bounded set of open files).  Where the store gains by it (a bucket), a
+micro-batch's samples are fetched together (:meth:`prefetch`).
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetChangedError, DatasetError, OptionError
-from ..storage import AccessDenied, NotFound, files_for
-from ..storage.path import RemotePath, as_path
-from ..storage.remote import read_prefetched, remote_files
+from ..storage import Files, HandleCache, NotFound, files_for
+from ..storage.handles import Handle
+from ..storage.path import as_path
 from . import energon_meta as meta
 from .base import Sample, Source, file_check
 from .decode import PartDecoder
 from .fieldmap import TypedFields, typed_fields
-from .handles import Handle, handles, open_handle
 from .index_files import read_index, sample_range
 from .tarparse import BLOCK, iter_members, plain_members, split_name
 from .typed import SAMPLE_CLASSES
@@ -59,7 +59,7 @@ class WebDatasetSource(Source):
         name: str | None = None,
     ):
         self.root = as_path(root)
-        self._remote = self.prefetches = isinstance(self.root, RemotePath)
+        self.prefetches = files_for(str(self.root)).prefetches
         if not meta.is_prepared(self.root):
             raise meta.unprepared(self.root)
         info = meta.read_info(self.root)
@@ -84,15 +84,14 @@ class WebDatasetSource(Source):
         self.decoder = PartDecoder(image_decode, trusted=decode == "trusted") if decode else None
         self.name = name if name is not None else f"{self.root.name}/{split or 'all'}"
         self.shards = self.split.shards
-        base = str(self.root)
+        base = self._base = str(self.root)
         # plain strings (~1 µs a shard at open), by the names' normal form (read_info confined them)
         self._paths = [f"{base}/{meta.normal(shard)}" for shard in self.shards]
-        self._pid: int | None = None
-        self._indices: dict[int, np.ndarray] = {}  # remote only: fetched indices
-        self._broken: dict[int, DatasetError] = {}  # remote only: shards whose check failed in this process
-        self._fetched: dict[tuple[str, int, int], bytes] = {}  # remote: one micro-batch's ranges
+        self._pid: int | None = None  # the process _handles and _fetched belong to
+        self._handles: HandleCache | None = None
+        self._fetched: dict[tuple[str, int, int], bytes] = {}  # prefetched: one micro-batch's ranges
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
-        self._etags = meta.read_etags(self.root) if self._remote else {}  # shard -> ETag when indexed
+        self._etags = meta.read_etags(self.root)  # shard -> ETag when indexed (prepared in a bucket), else {}
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
         # a 0-count shard is never read, so its first-use check would never run: check it now (index and
         # tar end), or a count of 0 written for a shard holding samples would drop them without a word
@@ -116,11 +115,9 @@ class WebDatasetSource(Source):
             self._check_shard(s)
 
     def _check_shard(self, s: int) -> None:
-        """Shard ``s`` checked as its first read would (a remote one's index is kept, as then)."""
-        if self._remote:
-            self._index(s)
-        else:
-            self._open_shard(s).close()
+        """Shard ``s`` checked now, as its first read would (whatever handle of it this process holds), and
+        its handle kept for the reads."""
+        self._cache().put(self._paths[s], self._open_shard(s))
 
     def _checked(self, s: int, size: int, idx: np.ndarray, tail: Callable[[int], bytes]) -> None:
         """Shard ``s`` of ``size`` bytes agrees with its index ``idx`` (``tail(end)``: its 512 bytes at ``end``)."""
@@ -141,14 +138,30 @@ class WebDatasetSource(Source):
             )
 
     def _open_shard(self, s: int) -> Handle:
-        """A local shard opened and checked: its descriptor and its mapped index."""
+        """Shard ``s`` opened and checked (it exists; its ETag is the one recorded, where one was; its index
+        and tar end agree) -> its handle: the opened shard and its index."""
+        url = self._paths[s]
         try:
-            return open_handle(
-                self._paths[s],
-                lambda fd, idx: self._checked(s, os.fstat(fd).st_size, idx, lambda end: os.pread(fd, BLOCK, end)),
-            )
-        except FileNotFoundError:
-            raise NotFound(f"shard {self._paths[s]} is missing (listed in {meta.META}/.info.json)") from None
+            opened = self._store().open(url)
+        except NotFound:
+            raise NotFound(f"shard {url} is missing (listed in {meta.META}/.info.json)") from None
+        try:
+            try:
+                found = opened.info()
+            except NotFound:
+                raise NotFound(f"shard {url} is missing (listed in {meta.META}/.info.json)") from None
+            recorded = self._etags.get(self.shards[s])
+            if recorded is not None and found.etag is not None and found.etag.strip('"') != recorded.strip('"'):
+                raise DatasetChangedError(
+                    f"shard {url} was replaced since it was prepared: its ETag is {found.etag!r}, {meta.META}/"
+                    f"{meta.ETAGS} recorded {recorded!r}; re-run `datareel prepare {self.root} --overwrite`"
+                )
+            idx = read_index(f"{url}.idx")
+            self._checked(s, found.size, idx, lambda end: opened.read_range(end, end + BLOCK))
+        except BaseException:
+            opened.close()
+            raise
+        return Handle(opened, idx)
 
     def _dropped_indices(self) -> np.ndarray:
         """Split indices excluded by key (read once at open). -> int64[D], sorted"""
@@ -182,87 +195,71 @@ class WebDatasetSource(Source):
         return indices + np.searchsorted(self._kept_before, indices, side="right")
 
     # -- lazy per-process handles -----------------------------------------------------------------
-    def _handles(self) -> None:
-        if self._pid != os.getpid():  # first use in this process (e.g. a worker after fork)
-            self._pid, self._indices, self._broken, self._fetched = os.getpid(), {}, {}, {}
+    def _store(self) -> Files:
+        return files_for(self._base)
+
+    def _cache(self) -> HandleCache:
+        """Where this source keeps its shards' handles in this process, as its store says: locally the
+        process's bounded set of open files; in a bucket for the source's life in the process (an index, 8
+        bytes per sample; no descriptor), where a shard whose check failed fails again at once, without
+        asking the store again."""
+        if self._pid != os.getpid() or self._handles is None:  # first use in this process (a worker after fork)
+            self._pid, self._handles, self._fetched = os.getpid(), self._store().handle_cache(), {}
+        return self._handles
+
+    def _handle(self, s: int) -> Handle:
+        """Shard ``s``'s handle, opened and checked on its first use in this process (:meth:`_open_shard`)."""
+        return self._cache().get(self._paths[s], lambda: self._open_shard(s))
 
     def _index(self, s: int) -> np.ndarray:
-        """Shard ``s``'s offsets (checked on first use in this process). -> uint64[count + 1]
-
-        Local: the mapped index of the shard's handle, from the process's bounded set of open shards.
-        Remote: fetched once per process and kept (8 bytes per sample; no descriptor); a shard whose
-        check failed fails again at once, without asking the store again."""
-        if not self._remote:
-            return handles().get(self._paths[s], lambda: self._open_shard(s)).index
-        self._handles()
-        idx = self._indices.get(s)
-        if idx is None:
-            failed = self._broken.get(s)
-            if failed is not None:
-                raise type(failed)(str(failed))
-            try:
-                idx = self._indices[s] = self._fetch_index(s)
-            except (NotFound, AccessDenied, DatasetChangedError) as exc:  # permanent: transient ones are retried
-                self._broken[s] = exc
-                raise
-        return idx
-
-    def _fetch_index(self, s: int) -> np.ndarray:
-        """A remote shard checked (exists; ETag as recorded; index and tar end agree) -> its index."""
-        url = self._paths[s]
-        files = files_for(url)
-        try:
-            found = files.info(url)
-        except NotFound as exc:
-            raise NotFound(f"shard {url} is missing (listed in {meta.META}/.info.json): {exc}") from None
-        recorded = self._etags.get(self.shards[s])
-        if recorded is not None and found.etag is not None and found.etag.strip('"') != recorded.strip('"'):
-            raise DatasetChangedError(
-                f"shard {url} was replaced since it was prepared: its ETag is {found.etag!r}, "
-                f"{meta.META}/{meta.ETAGS} recorded {recorded!r}; re-run `datareel prepare {self.root} --overwrite`"
-            )
-        idx = read_index(as_path(f"{url}.idx"))
-        self._checked(s, found.size, idx, lambda end: files.read_range(url, end, end + BLOCK))
-        return idx
+        """Shard ``s``'s offsets (checked on first use in this process). -> uint64[count + 1]"""
+        return self._handle(s).index
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
         return sample_range(self._index(s), local, lambda: f"{self._paths[s]}.idx")
 
     def prefetch(self, indices: np.ndarray) -> None:
-        """Remote: fetch the samples' ranges together (coalesced, concurrent GETs) for :meth:`_pread`.
-        Shards new to this process are checked concurrently first; a sample whose shard or index is
-        broken is left out here and fails (or is substituted) when it is read, as without prefetching."""
-        if not self._remote:
+        """Where the store gains by it (a bucket): fetch the samples' ranges together (coalesced, concurrent
+        GETs) for :meth:`_pread`. Shards new to this process are checked concurrently first; a sample whose
+        shard or index is broken is left out here and fails (or is substituted) when it is read, as without
+        prefetching."""
+        if not self.prefetches:
             return
-        self._handles()
+        cache = self._cache()
         self._fetched = {}  # only this micro-batch's bytes are held
         try:
             shard, local = self.locate_many(np.asarray(indices, dtype=np.int64))
         except IndexError:
             return
-        first_use = [s for s in np.unique(shard).tolist() if s not in self._indices and s not in self._broken]
-        remote_files().each(self._index, first_use)  # failures are remembered by _index and raised on read
+        files = self._store()
+        first_use = [s for s in np.unique(shard).tolist() if cache.peek(self._paths[s]) is None]
+        files.each(self._index, first_use)  # failures are remembered by the cache and raised on read
         wanted = []
         for s, i in zip(shard.tolist(), local.tolist()):
-            if s in self._indices:
+            handle = cache.peek(self._paths[s])
+            if handle is not None:
                 try:
-                    wanted.append((self._paths[s], *self._range(s, i)))
+                    wanted.append((self._paths[s], *sample_range(handle.index, i, lambda: "")))
                 except DatasetError:
                     pass  # a damaged index entry: read() names it
-        self._fetched = remote_files().read_ranges(wanted)
+        self._fetched = files.read_ranges(wanted)
 
     def _pread(self, s: int, start: int, stop: int) -> bytes:
-        if self._remote:  # prefetched with its micro-batch, else one ranged GET
-            url = self._paths[s]
-            try:
-                return read_prefetched(self._fetched, url, start, stop)
-            except DatasetError as exc:  # the same kind of error (a store's failure stays one), with the sample
-                local = int(np.searchsorted(self._index(s), start, side="right")) - 1
-                raise type(exc)(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
-        blob = handles().pread(self._paths[s], lambda: self._open_shard(s), stop - start, start)
+        """Bytes ``[start, stop)`` of shard ``s``: prefetched with its micro-batch, else read now."""
+        url = self._paths[s]
+        cache = self._cache()
+        blob = self._fetched.pop((url, start, stop), None)
+        if blob is None:
+            with cache.held():  # no other thread closes the handle while it is read
+                handle = self._handle(s)
+                try:
+                    blob = handle.read_range(start, stop)
+                except DatasetError as exc:  # the same kind of error (a store's failure stays one), with the sample
+                    local = int(np.searchsorted(handle.index, start, side="right")) - 1
+                    raise type(exc)(f"{exc} (reading sample {local} of the shard)") from exc.__cause__
         if len(blob) != stop - start:  # as a shard found truncated when opened: the dataset changed
             raise DatasetChangedError(
-                f"shard {self._paths[s]}: read {len(blob)} of {stop - start} bytes at {start}; "
+                f"shard {url}: read {len(blob)} of {stop - start} bytes at {start}; "
                 f"the shard was truncated after it was opened; re-run `datareel prepare`"
             )
         return blob
@@ -342,23 +339,23 @@ class WebDatasetSource(Source):
     def read_many(self, indices: np.ndarray) -> list[Any]:
         """Samples ``indices`` (int64[k]) read together: located in one numpy call, one read each, their
         tar headers checked a round at a time (:func:`~.tarparse.plain_members`). ``None`` for a sample
-        this path leaves to :meth:`read` (a bucket, an index or shard that fails its check, members other
-        than plain ones, damage, samples past the first :data:`READ_MANY_BYTES`), which reads it or raises
-        what is wrong with it."""
+        this path leaves to :meth:`read` (a store that prefetches, an index or shard that fails its check,
+        members other than plain ones, damage, samples past the first :data:`READ_MANY_BYTES`), which reads
+        it or raises what is wrong with it."""
         indices = np.asarray(indices, dtype=np.int64)
         out: list[Any] = [None] * len(indices)
-        if self._remote or not len(indices) or type(self).read is not WebDatasetSource.read:
-            return out  # a subclass's own read() is what it reads with
+        if self.prefetches or not len(indices) or type(self).read is not WebDatasetSource.read:
+            return out  # read() takes a prefetched micro-batch's bytes; a subclass's own read() is what it reads with
         rows = np.flatnonzero((indices >= 0) & (indices < self._size))  # (r,) out of range: read() names it
         shard, local = self.locate_many(indices[rows])  # (r,), (r,)
         blobs, at, ends, read, spans, offset = [], [], [], [], [], 0
-        shards = handles()
-        with shards.held():  # no handle is closed under us: read through its descriptor
+        cache = self._cache()
+        with cache.held():  # no handle is closed under us: read it directly
             for j, s, i in zip(range(len(rows)), shard.tolist(), local.tolist()):
                 try:
-                    handle = shards.get(self._paths[s], lambda s=s: self._open_shard(s))
+                    handle = cache.get(self._paths[s], lambda s=s: self._open_shard(s))
                     start, stop = sample_range(handle.index, i, lambda s=s: f"{self._paths[s]}.idx")
-                    blob = os.pread(handle.fd, stop - start, start)
+                    blob = handle.read_range(start, stop)
                 except (DatasetError, OSError, IndexError):
                     continue  # read() raises it, under the error policy
                 if len(blob) != stop - start:
@@ -410,7 +407,7 @@ class WebDatasetSource(Source):
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_indices": {}, "_broken": {}, "_fetched": {}}
+        return {**self.__dict__, "_pid": None, "_handles": None, "_fetched": {}}
 
 
 def _group(

@@ -1,7 +1,7 @@
-"""``RemotePath``: an ``s3://`` / ``msc://`` URL with the part of :class:`pathlib.Path`'s interface the
-metadata readers use (``/``, ``name``, ``suffix``, ``parent``, ``is_file``, ``read_text``, ``stat``),
-so one code path reads a dataset's metadata wherever it lives.  :func:`as_path` makes one of these
-or a ``Path`` from what the user passed.
+"""``RemotePath``: a URL of a store (``s3://``, ``msc://``, a registered scheme) with the part of
+:class:`pathlib.Path`'s interface the metadata readers use (``/``, ``name``, ``suffix``, ``parent``,
+``is_file``, ``read_text``, ``stat``), so one code path reads a dataset's metadata wherever it lives.
+:func:`as_path` makes one of these or a ``Path`` from what the user passed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import files_for, is_remote, join
+from ..errors import DatasetError
+from .registry import SCHEMES, files_for, is_remote, join, scheme_of
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,11 @@ class RemotePath:
         return self.is_file()
 
     def is_dir(self) -> bool:
-        """A prefix counts as a directory if it holds a prepared dataset's metadata (buckets have no
-        directories; this is the only kind datareel opens)."""
-        return (self / ".nv-meta" / ".info.json").is_file() or (self / ".nv-meta" / ".info.yaml").is_file()
+        """Whether objects lie under this prefix (buckets have no directories; a listing asks the store)."""
+        try:
+            return bool(files_for(self.url).list(self.url))
+        except DatasetError:
+            return False
 
     def read_bytes(self) -> bytes:
         return files_for(self.url).read(self.url)
@@ -70,9 +73,15 @@ class RemotePath:
 
 
 def as_path(path: str | os.PathLike[str] | RemotePath) -> Path | RemotePath:
-    """A :class:`RemotePath` for a URL, a :class:`~pathlib.Path` for anything else."""
+    """A :class:`RemotePath` for a URL of a store, a :class:`~pathlib.Path` for a local path (a ``file://``
+    URL's path included).  A URL of a scheme no store is registered for is refused, naming the ones that are."""
     if isinstance(path, RemotePath):
         return path
     if is_remote(path):
         return RemotePath(str(path))
+    scheme = scheme_of(path)
+    if scheme == "file":
+        return Path(str(path)[len("file://") :])
+    if scheme is not None and scheme not in SCHEMES:
+        files_for(str(path))  # raises, naming the registered schemes
     return Path(path)

@@ -17,210 +17,30 @@ taken and the settings to change, where it was retried): a failure of the store,
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
-import random
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
-from ..errors import DatasetError, OptionError, ShortBody, StorageError, check_int
-from . import AccessDenied, NotFound, ObjectInfo
+from ..errors import AccessDenied, DatasetError, NotFound, OptionError, ShortBody, StorageError
+from .base import StoreFiles
+from .msc import _BOTOCORE_PROVIDERS as _BOTOCORE_PROVIDERS
+from .msc import _msc, _profile_and_path, _transient, make_client
+from .msc import _status as _status
+from .objects import ObjectInfo
+from .retry import ENV_ATTEMPTS as ENV_ATTEMPTS
+from .retry import ENV_DEADLINE as ENV_DEADLINE
+from .retry import ENV_TIMEOUT as ENV_TIMEOUT
+from .retry import Retry
+from .retry import _seconds as _seconds
 
 log = logging.getLogger("datareel")
 T = TypeVar("T")
-
-#: The environment variables :meth:`Retry.from_env` reads (a DataLoader worker inherits them).
-ENV_ATTEMPTS = "DATAREEL_REMOTE_ATTEMPTS"
-ENV_TIMEOUT = "DATAREEL_REMOTE_TIMEOUT"
-ENV_DEADLINE = "DATAREEL_REMOTE_DEADLINE"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Retry:
-    """How often and how long a remote request is tried before it fails.
-
-    - ``attempts``: tries in all (``DATAREEL_REMOTE_ATTEMPTS``). Each try is one HTTP request (a listing:
-      one per page; a whole-object download: one per part), since MSC's and botocore's own retries are off.
-    - Between tries: ``first_delay · 2^k`` seconds (at most ``max_delay``, with up to 10% jitter).
-    - ``connect_timeout`` / ``read_timeout``: seconds one request waits to connect, and for each chunk of
-      its answer (``DATAREEL_REMOTE_TIMEOUT`` sets both).
-    - ``deadline``: seconds one read may take in all, its tries and waits included
-      (``DATAREEL_REMOTE_DEADLINE``; ``None``: no deadline). No try is started that could end later (its
-      timeouts counted in full), so a read from a store that accepts connections and never answers fails
-      within ``max(deadline, connect_timeout + read_timeout)`` seconds. Downloads of whole objects
-      (``datareel prepare`` on a bucket) have no deadline: their tries are bounded by ``attempts``.
-
-    Defaults: 6 tries, 0.1 s doubling to at most 5 s, 10 s to connect, 30 s per read, 120 s a read.
-    """
-
-    attempts: int = 6
-    first_delay: float = 0.1
-    max_delay: float = 5.0
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-    deadline: float | None = 120.0
-
-    def __post_init__(self) -> None:
-        check_int(self.attempts, "attempts", minimum=1, maximum=100, where="Retry")
-        for name in ("first_delay", "max_delay"):
-            _seconds(getattr(self, name), f"Retry({name}=...)", minimum=0)
-        for name in ("connect_timeout", "read_timeout"):
-            _seconds(getattr(self, name), f"Retry({name}=...)", minimum=0.001)
-        if self.deadline is not None:
-            _seconds(self.deadline, "Retry(deadline=...)", minimum=0.001, maximum=86400)
-
-    @classmethod
-    def from_env(cls) -> Retry:
-        """The defaults, changed by ``DATAREEL_REMOTE_ATTEMPTS`` (tries), ``DATAREEL_REMOTE_TIMEOUT`` (seconds
-        to connect and per read of each request) and ``DATAREEL_REMOTE_DEADLINE`` (seconds per read in all;
-        ``none`` for no deadline)."""
-        values: dict[str, Any] = {}
-        attempts = os.environ.get(ENV_ATTEMPTS)
-        if attempts is not None:
-            if not attempts.strip().isdigit() or not 1 <= int(attempts) <= 100:
-                raise OptionError(f"{ENV_ATTEMPTS}={attempts!r} must be a whole number of tries from 1 to 100")
-            values["attempts"] = int(attempts)
-        timeout = os.environ.get(ENV_TIMEOUT)
-        if timeout is not None:
-            values["connect_timeout"] = values["read_timeout"] = _seconds(timeout, ENV_TIMEOUT, minimum=0.001)
-        deadline = os.environ.get(ENV_DEADLINE)
-        if deadline is not None:
-            none = deadline.strip().lower() in ("none", "")
-            values["deadline"] = None if none else _seconds(deadline, ENV_DEADLINE, minimum=0.001, maximum=86400)
-        return cls(**values)
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed try ``attempt`` (0-based)."""
-        base = min(self.max_delay, self.first_delay * 2**attempt)
-        return base * (1 + 0.1 * random.random())
-
-    def settings(self) -> str:
-        """The settings a failed read names, with the variables that change them."""
-        deadline = "none" if self.deadline is None else f"{self.deadline:g} s"
-        return (
-            f"{ENV_TIMEOUT} (each request; now {self.connect_timeout:g} s to connect, {self.read_timeout:g} s per "
-            f"read), {ENV_ATTEMPTS} (now {self.attempts}) or {ENV_DEADLINE} (each read in all; now {deadline})"
-        )
-
-
-def _seconds(value: Any, name: str, *, minimum: float, maximum: float = 600) -> float:
-    """``value`` (a number, or its text from an environment variable) as seconds in ``[minimum, maximum]``."""
-    number = value
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or not minimum <= number <= maximum:
-        raise OptionError(f"{name} is {value!r}; it must be a number of seconds from {minimum:g} to {maximum:g}")
-    return float(number)
-
-
-def _msc() -> Any:
-    try:
-        import multistorageclient
-    except ImportError:
-        raise DatasetError(
-            "reading s3:// or msc:// datasets needs multi-storage-client with its S3 support: "
-            "pip install 'datareel[remote]'"
-        ) from None
-    return multistorageclient
-
-
-#: MSC storage provider types that are botocore clients (they take botocore's timeouts and retries).
-_BOTOCORE_PROVIDERS = frozenset({"s3", "s8k", "ais_s3", "gcs_s3", "s3_cuobject"})
-
-
-def _profile_and_path(url: str) -> tuple[str, str]:
-    """The MSC profile ``url`` belongs to and the object's path in it, as MSC resolves them (a path mapping
-    of MSC's configuration, else ``msc://profile/...`` or the implicit ``_s3-bucket`` profile)."""
-    _msc()
-    try:
-        from multistorageclient.shortcuts import _resolve_msc_url, _resolve_non_msc_url
-    except ImportError:  # another MSC release: let it make its client, and read the profile off it
-        client, path = _msc().resolve_storage_client(url)
-        return client.profile, path
-    return (_resolve_msc_url if url.startswith("msc://") else _resolve_non_msc_url)(url)
-
-
-def make_client(profile: str, retry: Retry) -> Any:
-    """A client of MSC ``profile`` made from MSC's configuration as MSC makes it (or its implicit profile
-    for ``s3://bucket``), with ``retry``'s connect and read timeouts and with MSC's retries and botocore's
-    turned off, so that :meth:`RemoteFiles._call` is the only retry loop and each try one request."""
-    msc = _msc()
-    from multistorageclient.config import StorageClientConfig, create_implicit_profile_config
-
-    found, _ = StorageClientConfig.read_msc_config()
-    config = copy.deepcopy(dict(found or {}))
-    profiles = config["profiles"] = dict(config.get("profiles") or {})
-    implicit = profile.startswith("_") and "-" in profile
-    if profile not in profiles:
-        if not implicit:  # a profile only MSC knows where to find (rclone's configuration): MSC's defaults
-            log.warning("MSC makes profile %r itself: datareel's timeouts and retry count do not apply", profile)
-            return msc.StorageClient(StorageClientConfig.from_file(profile=profile))
-        protocol, _, bucket = profile[1:].partition("-")
-        profiles[profile] = create_implicit_profile_config(profile, protocol, bucket)["profiles"][profile]
-    entry = profiles[profile] = copy.deepcopy(dict(profiles[profile]))
-    provider = entry.get("storage_provider")
-    if isinstance(provider, dict) and provider.get("type") in _BOTOCORE_PROVIDERS:
-        options = provider["options"] = dict(provider.get("options") or {})
-        options["connect_timeout"], options["read_timeout"] = retry.connect_timeout, retry.read_timeout
-        options["retries"] = {"total_max_attempts": 1, "mode": "standard"}
-    entry["retry"] = {"attempts": 1, "delay": 0.0}  # what a multi-backend profile's children inherit
-    made = StorageClientConfig.from_dict(config, profile=profile, skip_validation=implicit)
-    made.retry_config = None  # one call per try, and none of MSC's "attempt failed" logging for each
-    return msc.StorageClient(made)
-
-
-_STATUS = re.compile(r"status[ _]code:? *(\d{3})", re.IGNORECASE)
-_TRANSIENT_TYPES = {
-    "RetryableError",  # MSC's: 5xx answers and throttling it recognises
-    "BotoCoreError",  # botocore's connection, read and streaming errors
-    "ConnectionClosedError",
-    "ReadTimeoutError",
-    "EndpointConnectionError",
-    "IncompleteReadError",
-    "ResponseStreamingError",
-}
-
-
-def _status(exc: BaseException) -> int | None:
-    """The HTTP status behind a failure: botocore's response, or the code MSC writes into its message."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if isinstance(code, int):
-            return code
-    match = _STATUS.search(str(exc))
-    return int(match[1]) if match else None
-
-
-def _transient(exc: BaseException) -> bool:
-    """Whether a failure may go away on retry: a 5xx or 429 answer, throttling, a dropped or timed-out
-    connection, a short body; anywhere in the exception's chain of causes."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (FileNotFoundError, PermissionError, IsADirectoryError)):
-            return False
-        if isinstance(current, (ShortBody, ConnectionError, TimeoutError)):
-            return True
-        if {cls.__name__ for cls in type(current).__mro__} & _TRANSIENT_TYPES:
-            return True
-        status = _status(current)
-        if status is not None:
-            return status >= 500 or status == 429
-        current = current.__cause__ or current.__context__
-    return False
 
 
 #: Ranges of one object at most this many bytes apart are fetched by one GET (the gap is read and dropped).
@@ -256,8 +76,10 @@ def concurrency() -> int:
     return int(value)
 
 
-class RemoteFiles:
+class RemoteFiles(StoreFiles):
     """:class:`~datareel.storage.Files` for ``s3://`` and ``msc://`` URLs; one instance per process."""
+
+    prefetches = True  # each request costs a round trip: a micro-batch's ranges are fetched together
 
     def __init__(self, retry: Retry | None = None):
         self.retry = retry or Retry.from_env()
@@ -431,3 +253,19 @@ def remote_files() -> RemoteFiles:
         _PER_PROCESS.clear()  # entries of a parent process are not ours to use
         files = _PER_PROCESS[pid] = RemoteFiles()
     return files
+
+
+__all__ = [
+    "COALESCE_GAP",
+    "COALESCE_LIMIT",
+    "ENV_ATTEMPTS",
+    "ENV_DEADLINE",
+    "ENV_TIMEOUT",
+    "RemoteFiles",
+    "Retry",
+    "coalesce",
+    "concurrency",
+    "make_client",
+    "read_prefetched",
+    "remote_files",
+]
