@@ -53,8 +53,8 @@ def test_a_second_prepare_on_the_same_directory_is_refused_while_the_first_runs(
 
 
 def test_overwrite_swaps_the_metadata_atomically_and_keeps_the_length_index(tmp_path):
-    from datareel.cli import atomic
     from datareel.cli.prepare import prepare_webdataset
+    from datareel.storage import atomic
 
     root = prepared_shard(tmp_path)
     (root / ".nv-meta" / "lengths.npy").write_bytes(b"kept")
@@ -71,8 +71,8 @@ def test_overwrite_swaps_the_metadata_atomically_and_keeps_the_length_index(tmp_
 def test_a_kill_in_the_middle_of_a_non_atomic_swap_is_named_and_recovered(tmp_path, monkeypatch):
     """Where the kernel cannot exchange, the old metadata is renamed aside first; a kill right then
     leaves no .nv-meta. Reading names the leftover; prepare recovers it (and its length index)."""
-    from datareel.cli import atomic
     from datareel.cli.prepare import prepare_webdataset
+    from datareel.storage import atomic
 
     root = prepared_shard(tmp_path)
     (root / ".nv-meta" / "lengths.npy").write_bytes(b"kept")
@@ -191,8 +191,8 @@ def test_overwrite_on_overlayfs_falls_back_to_delete_and_replace(tmp_path, monke
     """A lower-layer directory cannot be renamed (EXDEV): --overwrite still works, as it did before."""
     import errno
 
-    from datareel.cli import atomic
     from datareel.cli.prepare import prepare_webdataset
+    from datareel.storage import atomic
 
     root = prepared_shard(tmp_path)
     replace = atomic.os.replace

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    import datareel.cli.prepare as prepare
+    import datareel.formats.webdataset.prepare as prepare  # the module whose scan_shard prepare_webdataset calls
     from datareel.cli import main
 
     stuck = sys.argv[1]

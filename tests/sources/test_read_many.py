@@ -235,7 +235,7 @@ def test_a_subclass_reading_its_own_way_and_big_samples_are_read_one_by_one(mixe
     assert Own(mixed).read_many(np.arange(3)) == [None] * 3
     source = WebDatasetSource(mixed)
     first = source.read_many(np.arange(5))
-    monkeypatch.setattr("datareel.sources.webdataset.READ_MANY_BYTES", 1)  # the first sample, then no more
+    monkeypatch.setattr("datareel.formats.webdataset.reader.READ_MANY_BYTES", 1)  # the first sample, then no more
     capped = source.read_many(np.arange(5))
     assert same(capped[0], first[0]) and capped[1:] == [None] * 4
 

@@ -213,7 +213,7 @@ def test_prepare_holds_a_few_shards_in_memory_not_the_dataset(tmp_path):
 def test_jsonl_prepare_memory_is_flat_and_its_index_exact_across_flushes(tmp_path, monkeypatch):
     """Offsets are flushed to the index file in chunks (2^16; 1,000 here); the index equals the lines'
     starts either way, and ten times the lines peak no higher (holding every offset, it would)."""
-    from datareel.cli import prepare as prepare_module
+    from datareel.formats.jsonl import prepare as prepare_module
 
     monkeypatch.setattr(prepare_module, "_CHUNK", 1000)
     peaks = []

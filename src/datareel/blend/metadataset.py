@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError
+from ..formats import METADATASET, format_of
+from ..formats.metafiles import MAX_NODES, check_keys, close_names, load_file
 from ..sources.base import Source
-from ..sources.energon_meta import MAX_NODES, check_keys, close_names, load_file
-from ..sources.jsonl import JsonlSource
 from ..sources.view import SourceView
-from ..sources.webdataset import WebDatasetSource
 from ..storage import join
 from ..storage.path import as_path
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
@@ -135,7 +134,7 @@ class _Builder:
         def walk(node: Any, split: str) -> int:
             if not isinstance(node, dict):
                 return 1
-            if isinstance(node.get("path"), str) and Path(node["path"]).suffix in (".yaml", ".yml"):
+            if isinstance(node.get("path"), str) and METADATASET.detect(Path(node["path"])):
                 target = _beside(path, node["path"]).resolve()
                 inner = node.get("split_part", split)
                 return 1 + (self.count(target, inner, stack + (path,), memo) if isinstance(inner, str) else 0)
@@ -295,7 +294,8 @@ class _Builder:
         target = _beside(yaml_path, node["path"])
         split = node.get("split_part", ctx.split)
         entry = f"{yaml_path}: {where}.path={node['path']!r}"
-        if target.suffix in (".yaml", ".yml"):
+        kind = format_of(target)  # the first of datareel.formats.FORMATS that detects it
+        if kind is METADATASET:
             try:
                 found = target.is_file()
             except OSError as exc:
@@ -308,24 +308,24 @@ class _Builder:
             inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges)
             return self.metadataset(target, inner, stack)
         try:
-            if target.suffix == ".jsonl":
-                source: Source = JsonlSource(target)
-            else:
-                source = WebDatasetSource(
-                    target,
-                    split=split,
-                    image_decode=self.image_decode,
-                    decode=self.decode,
-                    subflavors=dict(ctx.subflavors),
-                    split_config=node.get("split_config", "split.yaml"),
-                    dataset_config=node.get("dataset_config", "dataset.yaml"),
-                )
+            source = kind.open(
+                target,
+                split=split,
+                image_decode=self.image_decode,
+                decode=self.decode,
+                subflavors=dict(ctx.subflavors),
+                name=None,
+                split_config=node.get("split_config", "split.yaml"),
+                dataset_config=node.get("dataset_config", "dataset.yaml"),
+            )
         except DatasetError as exc:  # name the entry that led here (paths are relative to the YAML)
             raise _in_entry(exc, entry) from exc
+        if not isinstance(source, Source):
+            raise DatasetError(f"{entry}: {target} opens as a blend ({kind.name}), not as one dataset")
         start, stop = 0, len(source)
         for rng in ctx.ranges:  # innermost (the dataset's own) first
             start, stop = _apply_range(rng, start, stop, yaml_path, where)
-        name = self.unique(f"{node['path']}/{split}" if target.suffix != ".jsonl" else str(node["path"]))
+        name = self.unique(f"{node['path']}/{split}" if kind.splits else str(node["path"]))
         if (start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name:
             return source
         return SourceView(source, start=start, stop=stop, shuffle=None if ctx.multiplier == 1 else False, name=name)

@@ -1,14 +1,13 @@
-"""``datareel.open_dataset``: one entry point for every on-disk dataset kind."""
+"""``datareel.open_dataset``: one entry point for every dataset format (:data:`datareel.formats.FORMATS` says
+which one a path is; :mod:`datareel.storage`, where its bytes are)."""
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..sources import energon_meta
+from ..formats import format_of
 from ..sources.base import Source
-from ..sources.jsonl import JsonlSource
-from ..sources.webdataset import WebDatasetSource
 from ..storage.path import as_path
 
 if TYPE_CHECKING:
@@ -46,21 +45,13 @@ def open_dataset(
         '000000000009'
     """
     p = as_path(path)
-    if p.suffix == ".jsonl":
-        return JsonlSource(p, name=name)
-    if p.suffix in (".yaml", ".yml"):
-        from .metadataset import load_metadataset
-
-        return load_metadataset(p, split=split, image_decode=image_decode, decode=decode)
-    if energon_meta.is_prepared(p):
-        return WebDatasetSource(
-            p,
-            split=split,
-            image_decode=image_decode,
-            decode=decode,
-            subflavors=subflavors,
-            split_config=split_config,
-            dataset_config=dataset_config,
-            name=name,
-        )
-    raise energon_meta.unprepared(p)  # says what the path is instead: missing, a shard, a file, unprepared
+    return format_of(p).open(  # the first of datareel.formats.FORMATS that detects p
+        p,
+        split=split,
+        image_decode=image_decode,
+        decode=decode,
+        subflavors=subflavors,
+        name=name,
+        split_config=split_config,
+        dataset_config=dataset_config,
+    )

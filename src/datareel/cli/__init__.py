@@ -300,41 +300,31 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         )
         return 0 if passed else 1
     if args.command == "prepare":
-        from ..sources.energon_meta import is_prepared
+        from ..errors import DatasetError
+        from ..formats import format_of
         from ..storage import is_remote
-        from .prepare import prepare_jsonl, prepare_webdataset
 
-        def index_shards(prepare: Any) -> None:
-            """Index WebDataset shards (a directory or a URL) with the options given."""
-            try:
-                field_map = json.loads(args.field_map) if args.field_map else None
-            except json.JSONDecodeError as exc:
-                parser.error(f"--field-map {args.field_map!r} is not JSON: {exc}")
-            report = prepare(
-                args.path,
-                split_ratio=args.split_ratio,
-                sample_type=args.sample_type,
-                field_map=field_map,
-                workers=args.workers,
-                overwrite=args.overwrite,
-                progress=not args.quiet,
-            )
-            say(
-                f"{args.path}: {report.shards} shards, {report.samples:,} samples, parts {report.parts}; "
-                + ", ".join(f"{k}: {v:,}" for k, v in report.splits.items())
-            )
-
-        if is_remote(args.path):
-            if args.path.endswith(".jsonl") or args.lengths:
-                parser.error("on a URL, prepare indexes WebDataset shards only (no .jsonl, no --lengths yet)")
-            from .prepare_remote import prepare_remote_webdataset
-
-            index_shards(prepare_remote_webdataset)
-            return 0
-        if args.path.endswith(".jsonl"):
-            say(f"{args.path}: indexed {prepare_jsonl(args.path):,} samples into {args.path}.idx")
-        elif not (args.lengths and is_prepared(Path(args.path)) and not args.overwrite):
-            index_shards(prepare_webdataset)
+        kind = format_of(args.path)  # the first of datareel.formats.FORMATS that detects the path
+        if is_remote(args.path) and (not kind.prepares_in_stores or args.lengths):
+            parser.error("on a URL, prepare indexes WebDataset shards only (no .jsonl, no --lengths yet)")
+        try:
+            field_map = json.loads(args.field_map) if args.field_map else None
+        except json.JSONDecodeError as exc:
+            parser.error(f"--field-map {args.field_map!r} is not JSON: {exc}")
+        if kind.prepare is None:
+            raise DatasetError(f"{args.path} is a {kind.name}: it needs no preparing itself, its datasets do")
+        answer = kind.prepare(
+            args.path,
+            split_ratio=args.split_ratio,
+            sample_type=args.sample_type,
+            field_map=field_map,
+            workers=args.workers,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            lengths=args.lengths,
+        )
+        if answer is not None:  # None: already prepared, only its length index is asked for
+            say(answer)
         if args.lengths:
             from .lengths import compute_length_index
 

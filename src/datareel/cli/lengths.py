@@ -21,9 +21,7 @@ from tqdm import tqdm
 
 from ..errors import DatasetError, OptionError
 from ..sources.base import Source
-from ..sources.jsonl import JsonlSource
 from ..sources.lengths import forget_index
-from ..sources.webdataset import WebDatasetSource
 
 
 def import_function(spec: str) -> Callable[[Any], int]:
@@ -59,10 +57,15 @@ def _lengths_chunk(path: str, spec: str, start: int, stop: int) -> np.ndarray:
 
 
 def _all_samples(path: str) -> Source:
-    """Every sample of a prepared directory (all splits) or JSONL file, in length-index order."""
-    if path.endswith(".jsonl"):
-        return JsonlSource(Path(path))
-    return WebDatasetSource(path, split=None)
+    """Every sample of a prepared directory (all splits) or JSONL file, in length-index order (its format's
+    ``every_sample``)."""
+    from ..formats import format_of
+
+    kind = format_of(path)
+    if kind.every_sample is None:
+        raise OptionError(f"--lengths: {path} is a {kind.name}; a length index is computed for each of its datasets")
+    source: Source = kind.every_sample(path)
+    return source
 
 
 def compute_length_index(

@@ -69,6 +69,13 @@ class Files(Protocol):
         """URLs of the objects under the directory ``prefix``, sorted."""
         ...
 
+    def delete(self, path: str) -> None: ...
+
+    def download(self, path: str, target: str) -> None:
+        """Copy the object to the local file ``target`` (``list``, ``write``, ``delete`` and ``download``:
+        only for ``datareel prepare`` into the store)."""
+        ...
+
     def open(self, path: str) -> Opened: ...
 
     def handle_cache(self) -> HandleCache:
