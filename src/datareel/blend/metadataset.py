@@ -11,18 +11,17 @@ repetitions are ignored there, as in Energon).  Anything else — ``join``,
 ``aux``, other multipliers, unknown keys — is refused with an error naming the
 key: never silently ignored.
 
-Every mapping is checked key by key (:data:`ROOT_KEYS`, :data:`DATASET_KEYS`,
-:data:`BLEND_KEYS`, ``weight`` only in a ``blend`` item and ``repetitions`` only
+Every mapping is checked key by key (:mod:`.metadataset_rules`: ``ROOT_KEYS``, ``DATASET_KEYS``,
+``BLEND_KEYS``, ``weight`` only in a ``blend`` item and ``repetitions`` only
 in a ``blend_epochized`` one, ``subset: {range}``, a legacy split's ``datasets``):
 an unknown key (``splitz``, ``wieght``) is a :class:`~datareel.DatasetError`
 naming the file, the place, the allowed keys and the closest one; a key Energon
-reads but datareel cannot honour (:data:`REFUSED`) is refused by name.  An entry
+reads but datareel cannot honour (``REFUSED``) is refused by name.  An entry
 whose ``path`` does not open names the YAML file and the entry.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -33,33 +32,11 @@ from ..sources.base import Source
 from ..sources.view import SourceView
 from ..storage import join
 from ..storage.path import as_path
+from .metadataset_rules import BLEND_KEYS as BLEND_KEYS
+from .metadataset_rules import DATASET_KEYS as DATASET_KEYS
+from .metadataset_rules import REFUSED as REFUSED
+from .metadataset_rules import ROOT_KEYS, apply_range, check_entry_keys, entry_number, parse_subset
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
-
-ROOT_KEYS = ("__module__", "__class__", "splits")
-"""Keys of the top level of a metadataset."""
-_COMMON = ("subflavors", "shuffle_over_epochs_multiplier", "subset")
-DATASET_KEYS = ("path", "split_part", "dataset_config", "split_config", *_COMMON)
-"""Keys of a dataset entry (one with ``path``), besides its ``weight`` / ``repetitions`` in a blend."""
-BLEND_KEYS = ("blend", "blend_epochized", *_COMMON)
-"""Keys of a blend node (``blend`` or ``blend_epochized``; ``subflavors`` and the multiplier are datareel's
-additions there), besides its own ``weight`` / ``repetitions`` when it is an item of a blend."""
-_WEIGHT = {"blend": "weight", "blend_epochized": "repetitions"}  # list kind -> the key its items carry
-_JOIN = "joining datasets sample by sample is not supported by datareel; blend them, or join them in the task encoder"
-REFUSED = {
-    "join": _JOIN,
-    "joiner": _JOIN,
-    "nonmatch": _JOIN,
-    "aux": "auxiliary data sources are not supported by datareel; read the extra files in the task encoder",
-    "subflavor": "the legacy single subflavor is not read by datareel; write subflavors: {__subflavor__: VALUE}",
-    "sample_loader": "Python sample loaders run code from the dataset, which datareel does not do",
-    "__module__": "a class named inside a split is not read by datareel (it never imports what a metadataset "
-    "names); remove __module__/__class__: an entry's keys (path, blend, blend_epochized) say what it is",
-    "__class__": "a class named inside a split is not read by datareel (it never imports what a metadataset "
-    "names); remove __module__/__class__: an entry's keys (path, blend, blend_epochized) say what it is",
-    "__function__": "a function named inside a split is not read by datareel (it never imports what a "
-    "metadataset names); remove it",
-}
-"""Keys Energon reads that datareel cannot honour: refused by name, never accepted and dropped."""
 
 
 class _Context:
@@ -170,7 +147,7 @@ class _Builder:
         odd = [key for key in node if not isinstance(key, str)]
         if odd:
             raise DatasetError(f"{yaml_path}: {where} has keys that are not strings: {odd[:5]}")
-        self.keys(node, yaml_path, where, parent)
+        check_entry_keys(node, yaml_path, where, parent)
         kinds = [k for k in ("blend", "blend_epochized", "path") if k in node]
         if len(kinds) != 1:
             raise DatasetError(
@@ -189,44 +166,10 @@ class _Builder:
         if ctx.split != "train":
             return concat(children)
         if kind == "blend":
-            weights = [self.number(item, "weight", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+            weights = [entry_number(item, "weight", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
             return mix(list(zip(children, weights)))
-        reps = [self.number(item, "repetitions", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+        reps = [entry_number(item, "repetitions", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
         return mix_epochized(list(zip(children, reps)))
-
-    @staticmethod
-    def keys(node: dict, yaml_path: Path, where: str, parent: str | None) -> None:
-        """Refuse a key the entry cannot hold: unknown (with the closest), Energon's that datareel cannot
-        honour (by name), a weight outside a ``blend`` list or repetitions outside a ``blend_epochized`` one,
-        or a dataset's own key on a blend."""
-        own = _WEIGHT.get(parent or "")
-        for key in ("weight", "repetitions"):
-            if key in node and key != own:
-                home = "blend" if key == "weight" else "blend_epochized"
-                raise DatasetError(
-                    f"{yaml_path}: {where} has {key!r}, which belongs in a {home} list"
-                    + (f" (items of a {parent} list take {own!r})" if own else " (a split's own entry takes neither)")
-                )
-        is_blend = "path" not in node and any(k in node for k in ("blend", "blend_epochized"))
-        allowed = (BLEND_KEYS if is_blend else DATASET_KEYS) + ((own,) if own else ())
-        if is_blend:
-            wrong = sorted(set(node) & (set(DATASET_KEYS) - set(BLEND_KEYS)))
-            if wrong:
-                raise DatasetError(
-                    f"{yaml_path}: {where} is a blend: {wrong} belong to a dataset entry (one with 'path'); move "
-                    f"them into the entries of the list"
-                )
-        what = "a blend" if is_blend else "a dataset entry" if "path" in node else "an entry"
-        if not is_blend and "path" not in node:
-            allowed = tuple(sorted(set(DATASET_KEYS) | set(BLEND_KEYS))) + ((own,) if own else ())
-        check_keys(node, allowed, f"{yaml_path}: {where}", what, REFUSED, suggest=("weight", "repetitions", "path"))
-
-    @staticmethod
-    def number(item: dict, key: str, yaml_path: Path, where: str) -> float:
-        value = item.get(key, 1.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e300 or value != value:
-            raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a positive number")
-        return float(value)
 
     def narrow(self, node: dict, yaml_path: Path, ctx: _Context, where: str) -> _Context:
         """Apply a node's subflavors, shuffle multiplier and (relative) subset to the context."""
@@ -244,47 +187,9 @@ class _Builder:
             multiplier = None if value is None or multiplier is None else 1
         ranges = ctx.ranges
         if "subset" in node:
-            ranges = (self.subset(node["subset"], yaml_path, where, leaf="path" in node),) + ranges
+            ranges = (parse_subset(node["subset"], yaml_path, where, leaf="path" in node),) + ranges
         # outer subflavors override inner ones: keep the outer values when merging later
         return _Context(ctx.split, {**subflavors, **ctx.subflavors}, multiplier, ranges)
-
-    @staticmethod
-    def subset(spec: Any, yaml_path: Path, where: str, leaf: bool) -> tuple[Any, Any]:
-        if isinstance(spec, dict):
-            check_keys(spec, ("range",), f"{yaml_path}: {where}.subset", "subset")
-        if not (
-            isinstance(spec, dict)
-            and set(spec) == {"range"}
-            and isinstance(spec["range"], list)
-            and len(spec["range"]) == 2
-        ):
-            raise DatasetError(f"{yaml_path}: {where}.subset must be {{range: [start, end]}}, got {spec!r}")
-        out = []
-        for value in spec["range"]:
-            if value == "end":
-                out.append("end")
-            elif isinstance(value, str) and value.endswith("%"):
-                try:
-                    share = float(value[:-1]) / 100
-                except ValueError:
-                    share = math.nan
-                if not 0 <= share <= 1:  # also refuses nan
-                    raise DatasetError(
-                        f"{yaml_path}: {where}.subset range value {value!r} is not a percentage in [0%, 100%]"
-                    ) from None
-                out.append(("%", share))
-            elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                if not leaf:
-                    raise DatasetError(
-                        f"{yaml_path}: {where}.subset: absolute ranges ({value}) are allowed only on datasets, "
-                        f"use percentages here"
-                    )
-                out.append(value)
-            else:
-                raise DatasetError(
-                    f"{yaml_path}: {where}.subset range value {value!r} must be 'N%', an integer or 'end'"
-                )
-        return tuple(out)
 
     def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
         for key in ("path", "split_part", "split_config", "dataset_config"):
@@ -324,7 +229,7 @@ class _Builder:
             raise DatasetError(f"{entry}: {target} opens as a blend ({kind.name}), not as one dataset")
         start, stop = 0, len(source)
         for rng in ctx.ranges:  # innermost (the dataset's own) first
-            start, stop = _apply_range(rng, start, stop, yaml_path, where)
+            start, stop = apply_range(rng, start, stop, yaml_path, where)
         name = self.unique(f"{node['path']}/{split}" if kind.splits else str(node["path"]))
         if (start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name:
             return source
@@ -349,22 +254,6 @@ def _beside(yaml_path: Any, path: str) -> Any:
     """``path`` from a metadataset at ``yaml_path``: relative to its directory (local or a URL); a URL or
     an absolute local path as it is, so local and remote datasets mix in one file."""
     return as_path(join(str(yaml_path.parent), path))
-
-
-def _apply_range(rng: tuple[Any, Any], start: int, stop: int, yaml_path: Path, where: str) -> tuple[int, int]:
-    length = stop - start
-
-    def point(value: Any) -> int:
-        if value == "end":
-            return stop
-        if isinstance(value, tuple):  # a percentage of the current range
-            return start + int(length * value[1])
-        return start + value  # absolute (datasets only, applied first)
-
-    a, b = point(rng[0]), point(rng[1])
-    if not start <= a < b <= stop:
-        raise DatasetError(f"{yaml_path}: {where}.subset selects [{a}, {b}) outside [{start}, {stop}) or nothing")
-    return a, b
 
 
 __all__ = ["Blend", "Concat", "EpochizedMix", "Mix", "load_metadataset"]
