@@ -11,7 +11,7 @@ from typing import Any
 
 import torch.distributed as torch_dist
 
-from .errors import DatareelError, TopologyError, check_int
+from .errors import DatareelError, ForeignStateError, StateMismatchError, TopologyError, check_int
 
 
 def initialised() -> bool:
@@ -91,7 +91,7 @@ def check_agreement(states: list[Any], what: str) -> None:
     """Raise on every rank unless all gathered states are present and identical."""
     missing = [r for r, st in enumerate(states) if st is None]
     if missing:
-        raise DatareelError(f"{what}: ranks {missing} passed no state; every rank must pass the saved state")
+        raise ForeignStateError(f"{what}: ranks {missing} passed no state; every rank must pass the saved state")
     if all(st == states[0] for st in states):
         return
     cursors = [st.get("cursor") if isinstance(st, dict) else st for st in states]
@@ -99,7 +99,7 @@ def check_agreement(states: list[Any], what: str) -> None:
     if len(values) > 1:
         majority = max(values, key=lambda v: sum(repr(c) == v for c in cursors))
         odd = {r: c for r, c in enumerate(cursors) if repr(c) != majority}
-        raise DatareelError(
+        raise StateMismatchError(
             f"{what}: ranks disagree on the reel cursor: "
             + ", ".join(f"rank {r} at {c}" for r, c in odd.items())
             + f" while the other ranks are at {majority} (cursors by rank: {cursors}); a rank "
@@ -107,18 +107,19 @@ def check_agreement(states: list[Any], what: str) -> None:
             f"Make every rank take the same number of batches before saving."
         )
     odd_ranks = [r for r, st in enumerate(states) if st != states[0]]
-    raise DatareelError(
+    raise StateMismatchError(
         f"{what}: ranks {odd_ranks} hold a state whose spec differs from rank 0's; every rank "
         f"must build its loader with the same dataset, seed, shuffle and global_batch_size"
     )
 
 
-def save_global(loader: Any, dst_rank: int) -> dict[str, Any] | None:
-    """``loader.save_state_global``: gather every rank's state, check they agree, return it on ``dst_rank``.
+def save_global(loader: Any, dst_rank: int = 0) -> dict[str, Any] | None:
+    """``loader.save_state_global(dst_rank=0)``: gather every rank's state, check they agree, return it on
+    ``dst_rank`` (a rank of the data-parallel group; the others get ``None``).
 
     Collective over the data-parallel group: every rank must call it.  Ranks whose cursors
     differ (one consumed a micro-batch more than the others) make every rank raise
-    :class:`~datareel.DatareelError` naming them.  Without torch.distributed (one process) it
+    :class:`~datareel.StateMismatchError` naming them.  Without torch.distributed (one process) it
     returns ``loader.state_dict()``.  ``dst_rank`` is a rank within the data-parallel group.
     """
     if isinstance(dst_rank, bool) or not isinstance(dst_rank, int) or not 0 <= dst_rank < loader.world_size:
@@ -131,9 +132,10 @@ def save_global(loader: Any, dst_rank: int) -> dict[str, Any] | None:
 
 
 def restore_global(
-    loader: Any, state: dict[str, Any] | None, src_rank: int | None, *, allow_batch_size_change: bool = False
+    loader: Any, state: dict[str, Any] | None, src_rank: int | None = 0, *, allow_batch_size_change: bool = False
 ) -> None:
-    """``loader.restore_state_global``: one state restored on every rank of the group (collective).
+    """``loader.restore_state_global(state, src_rank=0, *, allow_batch_size_change=False)``: one state restored
+    on every rank of the group (collective; see :meth:`~datareel.Loader.load_state_dict`).
 
     ``src_rank=r``: only rank ``r``'s ``state`` matters and is broadcast; the others may pass
     ``None``.  ``src_rank=None``: every rank passes the state itself, and all must pass the same one.
@@ -141,7 +143,7 @@ def restore_global(
     check_group(loader.group, loader.world_size)
     if not initialised():
         if state is None:
-            raise DatareelError("restore_state_global(None): pass the state returned by save_state_global")
+            raise ForeignStateError("restore_state_global(None): pass the state returned by save_state_global")
         loader.load_state_dict(state, allow_batch_size_change=allow_batch_size_change)
         return
     if src_rank is None:
@@ -149,7 +151,7 @@ def restore_global(
     else:
         state = broadcast(state if loader.rank == src_rank else None, src_rank, loader.group)
         if state is None:
-            raise DatareelError(
+            raise ForeignStateError(
                 f"restore_state_global: src_rank={src_rank} passed None; pass the saved state "
                 f"on that rank (or src_rank=None to pass it on every rank)"
             )

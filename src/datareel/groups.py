@@ -1,28 +1,28 @@
 """Micro-batches grouped by optimizer step: :func:`global_batches` and the :class:`GlobalBatch` it yields.
 
 A global batch's size may change over a run (a schedule, or a restart with another size), so a
-training loop cannot count micro-batches once; these groups end where the loader's schedule ends
-each global batch (``loader.at_global_batch_boundary``).
+training loop cannot count micro-batches once; these groups end where the run's schedule ends each
+global batch (:attr:`datareel.run.Run.at_boundary`).  They read the current run through a function
+(``current``), since handing a micro-batch out moves the loader to a new run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .errors import BatchError, DatareelError
-
-if TYPE_CHECKING:
-    from .loader import Loader
+from .run import Run
 
 
-def global_batches(loader: Loader) -> Iterator[GlobalBatch]:
-    """``loader.global_batches()``: one :class:`GlobalBatch` per optimizer step, from the loader's cursor."""
-    batches = iter(loader)
+def global_batches(batches: Callable[[], Iterator[Any]], current: Callable[[], Run]) -> Iterator[GlobalBatch]:
+    """``loader.global_batches()``: one :class:`GlobalBatch` per optimizer step, over the micro-batches of
+    ``batches()`` (``iter(loader)``, made at the first ``next()``) while ``current()`` is the loader's run."""
+    micro_batches = batches()
     while True:
-        if loader.reel.at_end(loader.reel_cursor):
+        if current().at_end:
             return
-        group = GlobalBatch(loader, batches)
+        group = GlobalBatch(current, micro_batches)
         yield group
         if not group.exhausted:
             raise DatareelError(
@@ -40,11 +40,12 @@ class GlobalBatch:
     (a group restored mid-batch, or the last of a ``repeat=False`` pass, holds fewer micro-batches).
     """
 
-    def __init__(self, loader: Loader, batches: Iterator[Any]):
-        self._loader, self._batches = loader, batches
-        self.index = loader.global_batch
-        self.size = loader.global_batch_size_at(self.index)
-        self.accumulation_steps = loader.accumulation_steps_at(self.index)
+    def __init__(self, current: Callable[[], Run], batches: Iterator[Any]):
+        self._current, self._batches = current, batches
+        run = current()
+        self.index = run.global_batch
+        self.size = run.global_batch_size_at(self.index)
+        self.accumulation_steps = run.accumulation_steps_at(self.index)
         self.exhausted = self.ended_pass = False
 
     def __iter__(self) -> GlobalBatch:
@@ -59,7 +60,7 @@ class GlobalBatch:
             self.exhausted = self.ended_pass = True
             raise
         except BatchError:  # the failed micro-batch counts as consumed: it may have ended the global batch
-            self.exhausted = self._loader.at_global_batch_boundary
+            self.exhausted = self._current().at_boundary
             raise
-        self.exhausted = self._loader.at_global_batch_boundary
+        self.exhausted = self._current().at_boundary
         return batch

@@ -13,6 +13,8 @@ checkpointing with ``save_state_global`` and restoring with
 
 Each phase is announced on stderr as it starts and when it ends (with its time): the distributed
 demo starts real processes for each phase and takes a minute or more; ``--quiet`` drops these lines.
+
+The demo's data and encoder are in :mod:`.demo_data`, its table and verdict in :mod:`.demo_report`.
 """
 
 from __future__ import annotations
@@ -27,40 +29,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..execute.randomness import sample_rng
 from ..loader import Loader
 from ..sources.sequence import from_sequence
 from ..testing.simulate import make_ranks, take_global_batches, unbatch
+from .demo_data import NoisyEncoder, TokenFile, write_dataset
+from .demo_report import report
 
-
-class TokenFile:
-    """Rows of a ``.npy`` token matrix as dict samples; memory-mapped lazily in each worker."""
-
-    def __init__(self, path: Path | str):
-        self.path = Path(path)
-        self._rows: np.ndarray | None = None
-        self._len = int(np.load(self.path, mmap_mode="r").shape[0])
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        if self._rows is None:
-            self._rows = np.load(self.path, mmap_mode="r")
-        return {"__key__": f"doc-{i:05d}", "id": i, "tokens": np.array(self._rows[i])}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_rows": None}
-
-
-class NoisyEncoder:
-    """A task encoder whose augmentation draws from the per-sample RNG."""
-
-    def encode_sample(self, sample: dict[str, Any]) -> dict[str, Any]:
-        sample["noise"] = int(sample_rng().integers(0, 1_000_000))
-        return sample
+__all__ = [
+    "DEMO_PHASES",
+    "Job",
+    "NoisyEncoder",
+    "Phase",
+    "TokenFile",
+    "assemble",
+    "job_loaders",
+    "report",
+    "run_demo",
+    "run_phase_distributed",
+    "run_phase_local",
+    "run_scenario",
+    "write_dataset",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,13 +77,6 @@ class Job:
     phase: Phase
     state_in: str | None
     out_dir: str
-
-
-def write_dataset(directory: Path, samples: int, seq_len: int = 16, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    path = Path(directory) / "tokens.npy"
-    np.save(path, rng.integers(0, 32_000, size=(samples, seq_len), dtype=np.int32))
-    return path
 
 
 def job_loaders(job: Job, *, distributed: bool = False) -> list[Loader]:
@@ -279,53 +261,10 @@ def run_demo(
         global_batch_size=global_batch_size,
         mode="real processes, gloo on 127.0.0.1" if distributed else "ranks simulated in one process",
         out=out,
+        phases=len(DEMO_PHASES),
     )
 
 
 def _to_stderr(line: str) -> None:
     sys.stderr.write(f"datareel demo: {line}\n")
     sys.stderr.flush()
-
-
-def report(reference, results, state, *, samples: int, global_batch_size: int, mode: str, out) -> bool:
-    total = len(reference)
-    checkpoint_at = results[0][0].batches
-    checks = [
-        batches == reference[first : first + len(batches)] and len(batches) == phase.batches
-        for phase, first, batches in results
-    ]
-    once = _exactly_once_per_epoch(reference, samples)
-    out(
-        f"datareel demo ({mode}): {samples} samples, global batch {global_batch_size}, {total} global "
-        f"batches (= {total * global_batch_size / samples:.2f} epochs), checkpoint after global batch "
-        f"{checkpoint_at - 1}\n"
-    )
-    out(f"{'run':<44}{'micro':>6}{'accum':>6}  {'global batches':<15}{'result'}")
-    out(f"{'uninterrupted reference (1 rank)':<44}{global_batch_size:>6}{1:>6}  {'0-' + str(total - 1):<15}reference")
-    for i, ((phase, first, batches), ok) in enumerate(zip(results, checks)):
-        label = f"{phase.label}, then checkpoint" if i == 0 else f"resume on {phase.label}"
-        accum = global_batch_size // (phase.micro_batch_size * phase.world_size)
-        span = f"{first}-{first + len(batches) - 1}"
-        out(f"{label:<44}{phase.micro_batch_size:>6}{accum:>6}  {span:<15}{'identical' if ok else 'DIFFERENT'}")
-    first_ranks = results[0][0].world_size
-    if state is None:
-        out(f"\ncheckpoint: the {first_ranks} ranks saved DIFFERENT states")
-    else:
-        out(f"\ncheckpoint: {len(state)} bytes of JSON, identical on all {first_ranks} ranks")
-    out(f"every sample exactly once per epoch in the reference: {'yes' if once else 'NO'}")
-    passed = all(checks) and state is not None and once and len(results) == len(DEMO_PHASES)
-    out(
-        "\nPASS: every global batch after the restore equals the uninterrupted run's"
-        if passed
-        else "\nFAIL: the resumed runs differ from the uninterrupted run"
-    )
-    return passed
-
-
-def _exactly_once_per_epoch(batches: list[list[Any]], samples: int) -> bool:
-    ids = [record["id"] for batch in batches for record in batch]
-    for start in range(0, len(ids), samples):
-        epoch = ids[start : start + samples]
-        if len(set(epoch)) != len(epoch) or (len(epoch) == samples and sorted(epoch) != list(range(samples))):
-            return False
-    return True

@@ -1,19 +1,36 @@
-"""Energon's dataset and loader factories: ``WorkerConfig``, ``get_train_dataset``, ``get_val_dataset``,
-``get_savable_loader``, ``get_loader`` (arguments checked; unhonourable ones refused by name)."""
+"""Energon's dataset and loader factories: ``get_train_dataset``, ``get_val_dataset(s)``, ``get_savable_loader``,
+``get_loader``, ``LimitDataset``, ``RepeatDataset`` (arguments checked; unhonourable ones refused by name).
+
+The values they make and take (``WorkerConfig``, ``DatasetSpec``) live in :mod:`.spec` and are importable
+from here as before.
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
-
-import torch.distributed as torch_dist
 
 from ..blend.open import open_dataset
 from ..blend.tree import Blend, Concat
 from ..errors import INT64_LIMIT, OptionError, check_int
 from ..sources.base import Source
 from .loader import EnergonLoader
+from .spec import DatasetSpec, Limit, Repeat, WorkerConfig
+
+__all__ = [
+    "DatasetSpec",
+    "Limit",
+    "LimitDataset",
+    "Repeat",
+    "RepeatDataset",
+    "WorkerConfig",
+    "get_loader",
+    "get_savable_loader",
+    "get_train_dataset",
+    "get_val_dataset",
+    "get_val_datasets",
+]
 
 log = logging.getLogger("datareel")
 
@@ -35,78 +52,6 @@ def _explain_once(name: str, message: str) -> None:
     if name not in _explained:
         _explained.add(name)
         log.info("datareel.energon: %s", message)
-
-
-@dataclass
-class WorkerConfig:
-    """Where this process sits: ``rank`` / ``world_size`` of the data-parallel group, workers per rank.
-
-    ``seed_offset`` is datareel's seed.  The debug fields are accepted and ignored.
-    """
-
-    rank: int
-    world_size: int
-    num_workers: int
-    data_parallel_group: Any = None
-    seed_offset: int = 0
-    worker_debug_path: str | None = None
-    worker_log_level: int = 0
-
-    @staticmethod
-    def default_worker_config(num_workers: int = 4, data_parallel_group: Any = None) -> WorkerConfig:
-        """Rank and world size from torch.distributed when initialised, else a single rank."""
-        if torch_dist.is_available() and torch_dist.is_initialized():
-            return WorkerConfig(
-                rank=torch_dist.get_rank(data_parallel_group),
-                world_size=torch_dist.get_world_size(data_parallel_group),
-                num_workers=num_workers,
-                data_parallel_group=data_parallel_group,
-            )
-        return WorkerConfig(rank=0, world_size=1, num_workers=num_workers, data_parallel_group=data_parallel_group)
-
-
-@dataclass(frozen=True)
-class Limit:
-    """``LimitDataset(..., length, reset_after_epoch)``: at most ``length`` batches per pass, then the
-    wrapped dataset starts again (Energon 7.4.1 resets it whatever ``reset_after_epoch`` says)."""
-
-    length: int
-    reset_after_epoch: bool = False
-
-
-@dataclass(frozen=True)
-class Repeat:
-    """``RepeatDataset(..., repeats, restart)``: the wrapped dataset again each time it ends,
-    ``repeats`` times (``None``: endlessly)."""
-
-    repeats: float | None = None
-    restart: bool = True
-
-
-@dataclass
-class DatasetSpec:
-    """What ``get_train_dataset`` / ``get_val_dataset`` return: the recipe, built by a loader call.
-
-    ``dataset`` is the opened dataset (opened at once, so a wrong path fails where it is given);
-    ``wrappers`` the ``LimitDataset`` / ``RepeatDataset`` around it, innermost first."""
-
-    path: Any
-    split_part: str
-    worker_config: WorkerConfig
-    batch_size: int | None
-    global_batch_size: Any  # int, datareel.RampUp, [(from_global_batch, G), ...] or None
-    task_encoder: Any
-    repeat: bool
-    shuffle: bool
-    virtual_epoch_length: int = 0
-    open_kwargs: dict[str, Any] = field(default_factory=dict)
-    packing_buffer_size: int | None = None  # online packing: windows of this many input samples
-    handler: Any = None  # Energon's error handler: told of every failing sample (see EnergonLoader)
-    allow_batch_size_change: bool = False  # restores accept another global batch size at a batch boundary
-    dataset: Any = None  # the opened Source or Blend
-    wrappers: tuple[Limit | Repeat, ...] = ()
-    val: bool = False  # from get_val_dataset(s): read in Energon's val order (datareel.energon.val)
-    drop_last: bool = False  # get_val_dataset(batch_drop_last=True): each worker drops its partial batch
 
 
 def _open(path: Any, split_part: str, open_kwargs: dict[str, Any], task_encoder: Any) -> Any:

@@ -1,7 +1,8 @@
 """``EnergonLoader``: a datareel Loader with Energon's loader methods and iteration conventions.
 
-What each ``for`` yields follows Energon's pass structure (:mod:`.passes`); a val loader reads in
-Energon's val order (:mod:`.val`); ``batch_size=None`` hands samples out one by one (:mod:`.unbatched`).
+What each ``for`` yields follows Energon's pass structure (:mod:`.passes`, over the datareel loader as
+:mod:`.stream` feeds it); a val loader reads in Energon's val order (:mod:`.val`); ``batch_size=None``
+hands samples out one by one (:mod:`.unbatched`).
 
 Restored states are agreed across the data-parallel group before anything can observe or save the
 loader: Megatron saves ``save_state_rank()`` into one file per rank and restores only where a file
@@ -9,7 +10,7 @@ exists, so after the world grows the new ranks restored nothing.  At the first c
 construction or a restore that iterates, saves, or reads the position (``iter``,
 ``save_state_rank``, ``save_state_global``, ``global_batches``, ``cursor``, ``global_batch``,
 ``accumulation_steps``, ...), one all-gather of the (~200-byte) restored states lets them adopt the
-others' state; ranks that restored different states raise, naming the ranks.  It is a collective:
+others' state; ranks that restored different states raise, naming the ranks (:mod:`.states`).  It is a collective:
 every rank must make such a call, and make its first one before any other collective that the
 others make first (the first ``iter`` or save of a training loop is the common place).
 ``get_savable_loader(..., agree_restored_state=False)`` turns it off.
@@ -17,87 +18,28 @@ others make first (the first ``iter`` or save of a training loop is the common p
 
 from __future__ import annotations
 
-import logging
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch.distributed as torch_dist
 
-from .. import dist
 from ..blend.tree import Concat
-from ..errors import BatchError, DatareelError, OptionError, StateMismatchError, check_int
+from ..errors import OptionError, StateMismatchError, check_int
 from ..execute.batch import BatchMaker, ExecOptions
 from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
-from ..plan.schedule import BatchSchedule
 from ..reel import WindowedStage
 from ..sources.base import Source
 from .passes import Epochize, Passes, local_share
 from .passes import Limit as LimitStream
 from .passes import Repeat as RepeatStream
-from .unbatched import Group, Unbatched, unwrap
+from .spec import DatasetSpec, Repeat, WorkerConfig
+from .states import batch_size_mismatch, one_state, state_to_adopt
+from .stream import LoaderStream, one_pass
+from .unbatched import Group, Unbatched
 from .val import ValPlan
 
-if TYPE_CHECKING:
-    from .datasets import DatasetSpec, WorkerConfig
-
-log = logging.getLogger("datareel")
-
-
-class LoaderStream:
-    """This rank's micro-batches of the datareel loader, as one worker's stream (:mod:`.passes`): a pass
-    left early continues; a finite pass that ended starts again from ``start`` (where the loader was
-    built).  A ``next()`` that failed (a worker that died, ...) ended the datareel iterator, whose cursor
-    counts only batches handed out: the next pass makes a fresh one from that cursor (after a
-    :class:`~datareel.BatchError`, which counts as consumed, the iterator goes on)."""
-
-    def __init__(self, loader: Loader, start: dict[str, Any]):
-        self.loader, self.start = loader, start
-        self.iterator: Any = None
-
-    def run(self) -> Any:
-        while True:
-            if self.iterator is None:
-                self.iterator = iter(self.loader)
-            try:
-                batch = next(self.iterator)
-            except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
-                self.reset()
-                return
-            except BatchError:  # this batch failed in the making (counted by the cursor); the iterator goes on
-                raise
-            except BaseException:  # the iterator ended: the next pass continues from the loader's cursor
-                self.iterator = None
-                raise
-            yield batch
-
-    def reset(self) -> None:
-        self.iterator = None
-        self.loader.load_state_dict(self.start)
-
-    def length(self) -> int:
-        loader = self.loader
-        length = loader.length if loader.length is not None else loader.plan.epoch_length
-        if length is None:
-            raise TypeError("a weighted blend is endless: set virtual_epoch_length to give the loader a length")
-        return loader.layout.rank_steps(loader.rank, length)
-
-
-def _pass(owner: Any, val: ValPlan | None, passes: Passes, token: object) -> Any:
-    """One pass of a facade loader (``owner``: a weak reference; the loader may keep this generator).
-    A pass that ended, or failed, is not kept: after a failure the next ``for`` continues it from the
-    streams' positions, which count only batches handed out (:mod:`.passes`)."""
-    try:
-        if val is not None:
-            for batch in val.iterate(passes):
-                yield unwrap(batch)
-        else:
-            for _worker, batch in passes:
-                yield unwrap(batch)
-    finally:
-        loader = owner()
-        if loader is not None and loader._live_token is token:
-            loader._live = None
+__all__ = ["EnergonLoader", "LoaderStream"]
 
 
 # Names read from the datareel Loader that hold no restored state: reading them agrees nothing.
@@ -185,8 +127,6 @@ class EnergonLoader:
 
     def _wrapped(self, base: Any, worker: int, workers: int) -> Any:
         """One worker's stream: virtual epochs, then the LimitDataset / RepeatDataset wrappers in order."""
-        from .datasets import Repeat
-
         stream = base
         if self.spec.virtual_epoch_length:
             stream = Epochize(stream, local_share(self.spec.virtual_epoch_length, workers, worker))
@@ -204,7 +144,7 @@ class EnergonLoader:
         if self._live is not None:
             return self._live
         token = object()
-        live = _pass(weakref.ref(self), self._val, self._passes, token)
+        live = one_pass(weakref.ref(self), self._val, self._passes, token)
         self._live, self._live_token = (live if self._keep else None), token
         return live
 
@@ -234,7 +174,7 @@ class EnergonLoader:
 
     def restore_state_rank(self, state: Any) -> None:
         loader = self._datareel("restore_state_rank")
-        state = _one_state(state)
+        state = one_state(state)
         self._restore(lambda: loader.load_state_dict(state, allow_batch_size_change=self._allow_change))
         self._restored, self._agreed = state, False
 
@@ -250,35 +190,15 @@ class EnergonLoader:
     def _agree(self) -> None:
         """Collective, once after construction or a per-rank restore, at the first call that iterates,
         saves or reads the position (every rank makes one): ranks that restored nothing adopt the state
-        the others restored; ranks that restored different states raise."""
+        the others restored; ranks that restored different states raise (:func:`.states.state_to_adopt`)."""
         if self._agreed or self.loader is None:
             return
         self._agreed = True
-        group, world = self.loader.group, self.loader.world_size
-        if not (self.agree_restored_state and dist.initialised() and world > 1):
-            return
-        if torch_dist.get_world_size(group) != world:  # ranks simulated in one process: nothing to agree with
-            return
-        restored = {r: s for r, s in enumerate(dist.gather_to_all(self._restored, group)) if s is not None}
-        if not restored:
-            return
-        first = min(restored)
-        odd = sorted(r for r, s in restored.items() if s != restored[first])
-        if odd:
-            raise DatareelError(
-                f"ranks restored different loader states: ranks {odd} differ from rank {first}'s (ranks that "
-                f"restored a state: {sorted(restored)}); every rank must restore the same checkpoint step, or "
-                f"none (a rank without a state file adopts the others')"
-            )
-        if self._restored is None:
-            log.info(
-                "rank %d restored no loader state; adopting the state restored by ranks %s",
-                self.loader.rank,
-                sorted(restored),
-            )
-            loader = self.loader
-            self._restore(lambda: loader.load_state_dict(restored[first], allow_batch_size_change=self._allow_change))
-            self._restored = restored[first]
+        loader = self.loader
+        adopt = state_to_adopt(self._restored, loader) if self.agree_restored_state else None
+        if adopt is not None:
+            self._restore(lambda: loader.load_state_dict(adopt, allow_batch_size_change=self._allow_change))
+            self._restored = adopt
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
         """Gathers (and checks) every rank's state; on ``global_dst_rank`` a list with one state per rank."""
@@ -296,7 +216,7 @@ class EnergonLoader:
         loader = self._datareel("restore_state_global")
         self._restore(
             lambda: loader.restore_state_global(
-                None if state is None else _one_state(state),
+                None if state is None else one_state(state),
                 src_rank=src_rank,
                 allow_batch_size_change=self._allow_change,
             )
@@ -315,18 +235,9 @@ class EnergonLoader:
         try:
             restore()
         except StateMismatchError as exc:
-            if "global_batch_size" in exc.differences and not self.explicit_global:
-                saved, now = (_describe(v) for v in exc.differences["global_batch_size"])
-                raise StateMismatchError(
-                    f"the checkpoint's global batch is {saved} samples, this job's would be {now} (batch_size × "
-                    f"world_size, since get_train_dataset got no global_batch_size): restoring would change the "
-                    f"global batches. Pass global_batch_size={saved} to get_train_dataset (datareel then uses "
-                    f"gradient accumulation: batch_size × world_size must divide it) to resume on this world "
-                    f"size with the same global batches; or pass allow_batch_size_change=True to get_train_dataset "
-                    f"to continue the same samples in global batches of the new size, from a global-batch "
-                    f"boundary.\n{exc}",
-                    exc.differences,
-                ) from None
+            explained = batch_size_mismatch(exc, self.explicit_global)
+            if explained is not None:
+                raise explained from None
             raise
 
     def __getattr__(self, name: str) -> Any:
@@ -345,16 +256,6 @@ class EnergonLoader:
         return getattr(loader, name)
 
 
-def _describe(schedule: Any) -> Any:
-    """A state's ``global_batch_size`` as get_train_dataset takes it: the int, or the schedule in words."""
-    if isinstance(schedule, int):
-        return schedule
-    try:
-        return BatchSchedule.from_spec(schedule).describe()
-    except DatareelError:
-        return schedule
-
-
 def _val_sources(spec: DatasetSpec, dataset: Any, encoder: ResolvedEncoder) -> list[Source] | None:
     """The datasets read in Energon's val order, when it can be kept: a val spec over one dataset or a
     concatenation of them, one output per sample (online packing and a generator encode_sample plan
@@ -371,18 +272,3 @@ def _stage(spec: DatasetSpec) -> WindowedStage | None:
     if spec.packing_buffer_size is None:
         return None
     return WindowedStage(window=spec.packing_buffer_size, pack=True)
-
-
-def _one_state(state: Any) -> Any:
-    """A datareel state from a per-rank dict or an Energon-style list of per-rank states."""
-    if isinstance(state, (list, tuple)):
-        states = [s for s in state if s is not None]
-        if not states:
-            raise DatareelError("restore: the global state holds no rank's state")
-        if any(s != states[0] for s in states[1:]):
-            raise DatareelError(
-                "restore: the global state holds different states per rank; it was not written by "
-                "datareel's save_state_global"
-            )
-        return states[0]
-    return state

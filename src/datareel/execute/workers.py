@@ -1,20 +1,19 @@
-"""How batches are computed: the DataLoader's worker options (free to change between save and restore), and
-where a dead worker process is reported (:class:`WorkerDeaths`)."""
+"""How batches are computed: the DataLoader's worker options (free to change between save and restore), the
+hooks each worker starts with, and the result pipe.
+
+Where a dead worker is reported lives in :mod:`.deaths` (:class:`WorkerDeaths`), what workers can be sent in
+:mod:`.picklable` (:func:`check_picklable`); both are importable from here as before.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import functools
-import multiprocessing
 import os
-import signal
 import sys
 import threading
-import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
@@ -22,6 +21,22 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..errors import BatchError, OptionError, check_int
 from ..lifetime import die_with_parent
+from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers
+from .picklable import check_picklable, start_method
+
+__all__ = [
+    "RESULT_PIPE_BYTES",
+    "WORKER_DEATHS",
+    "WorkerDeaths",
+    "WorkerOptions",
+    "check_picklable",
+    "dead_workers",
+    "end_with_this_process",
+    "passthrough",
+    "start_method",
+    "widen_result_pipe",
+    "worker_started",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,190 +157,3 @@ def widen_result_pipe(iterator: Any) -> None:
         return
     with contextlib.suppress(OSError, ValueError, AttributeError):
         fcntl.fcntl(reader.fileno(), resize, RESULT_PIPE_BYTES)
-
-
-class WorkerDeaths:
-    """Where a dead worker process is reported: in the training process's ``next()``, never in the training step.
-
-    torch's DataLoader installs a ``SIGCHLD`` handler that raises its ``RuntimeError`` ("DataLoader worker
-    ... is killed by signal") in the main thread at whatever line it runs: in the training step after a
-    batch was handed out, between the loader taking a batch's cursor and returning the batch (the cursor
-    then counts a batch nobody received), in a finalizer that swallows it, or in the middle of reading the
-    planning process's pipe.  A training step interrupted that way lost its batch while the cursor
-    counted it: the next iterator skipped it.
-
-    This store wraps torch's handler once (main thread only) and lets it raise a death of datareel's own
-    workers (those of the DataLoader iterators passed to :meth:`install`) only while the main thread waits
-    inside a datareel ``next()`` for workers (:meth:`wait`), outside the sampler (:meth:`outside`); at any
-    other moment torch's handler runs with datareel's workers hidden from it, so it reports every other
-    DataLoader's dead worker (a user's own, beside datareel) exactly as it does without datareel, and a
-    signal it did not raise for is counted in :attr:`deaths`: each datareel iterator looks at its own
-    workers (:func:`dead_workers`) in its next ``next()``.  torch's own check at each wait (every 5 s, and
-    when its ``timeout`` expires) still finds the rest.
-    """
-
-    def __init__(self) -> None:
-        self.deaths = 0  # SIGCHLDs (a child ended) while no datareel iterator waited for workers
-        self._waiting = 0  # the main thread is inside a multi-process DataLoader's next()
-        self._installed = False
-        self._main = threading.main_thread().ident
-        self._ours: weakref.WeakSet[Any] = weakref.WeakSet()  # datareel's multi-process DataLoader iterators
-
-    def install(self, iterator: Any) -> None:
-        """Count ``iterator`` (a multi-process DataLoader iterator) as datareel's, and wrap torch's
-        ``SIGCHLD`` handler (once; only after torch has installed it, from the main thread)."""
-        self._ours.add(iterator)
-        if self._installed or threading.get_ident() != self._main or not hasattr(signal, "SIGCHLD"):
-            return
-        from torch.utils.data._utils import signal_handling
-
-        torch_handler = signal.getsignal(signal.SIGCHLD)
-        if not getattr(signal_handling, "_SIGCHLD_handler_set", False) or not callable(torch_handler):
-            return
-
-        def handler(signum: int, frame: Any) -> None:
-            if self._waiting:
-                torch_handler(signum, frame)  # inside datareel's next(): the loader's iterator catches it
-                return
-            with self._hidden():
-                torch_handler(signum, frame)  # any other DataLoader's dead worker: raised as torch does
-            self.deaths += 1
-
-        signal.signal(signal.SIGCHLD, handler)
-        self._installed = True
-
-    @contextlib.contextmanager
-    def _hidden(self) -> Iterator[None]:
-        """datareel's workers out of torch's registry of worker pids (what its handler checks), for a moment."""
-        from torch.utils.data._utils import signal_handling
-
-        hidden = []
-        for iterator in list(self._ours):
-            if getattr(iterator, "_worker_pids_set", False):
-                pids = tuple(w.pid for w in getattr(iterator, "_workers", []))
-                try:
-                    signal_handling._remove_worker_pids(id(iterator))
-                except Exception:  # not registered after all: leave it
-                    continue
-                hidden.append((id(iterator), pids))
-        try:
-            yield
-        finally:
-            for key, pids in hidden:
-                signal_handling._set_worker_pids(key, pids)
-
-    def wait(self) -> bool:
-        """Enter a wait for workers (returns whether it counts: main thread only); :meth:`done` ends it."""
-        if threading.get_ident() != self._main:
-            return False
-        self._waiting += 1
-        return True
-
-    def done(self, counted: bool) -> None:
-        if counted:
-            self._waiting -= 1
-
-    @contextlib.contextmanager
-    def outside(self) -> Iterator[None]:
-        """The sampler's own work inside a wait (the planning process's pipe, say): no report there."""
-        if threading.get_ident() != self._main:
-            yield
-            return
-        waiting, self._waiting = self._waiting, 0
-        try:
-            yield
-        finally:
-            self._waiting = waiting
-
-
-WORKER_DEATHS = WorkerDeaths()
-
-
-def dead_workers(iterator: Any) -> str:
-    """The worker processes of a live multi-process DataLoader iterator (torch's ``_workers``) that have
-    ended, in words (``""``: none, a single-process iterator, or one already shut down)."""
-    if getattr(iterator, "_shutdown", True):
-        return ""
-    workers, status = getattr(iterator, "_workers", []), getattr(iterator, "_workers_status", [])
-    dead = [w for w, active in zip(workers, status) if active and not w.is_alive()]
-    return ", ".join(f"pid {w.pid} {_ended(w.exitcode)}" for w in dead)
-
-
-def _ended(code: int | None) -> str:
-    if code is not None and code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by signal {signal.Signals(-code).name}"
-    return f"exited with code {code}"
-
-
-def start_method(context: Any) -> str:
-    """The start method worker processes get: ``context`` (a name, a multiprocessing context or ``None``:
-    the process's default, read without fixing it)."""
-    if context is None:
-        return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
-    if isinstance(context, str):
-        return context
-    return str(context.get_start_method())
-
-
-def check_picklable(whole: Any, parts: list[tuple[str, Any]], context: Any) -> None:
-    """Under the ``spawn`` or ``forkserver`` start method, refuse now, before any process starts, what the
-    worker (or planning) processes could not be sent: ``whole`` is what they receive, ``parts`` the
-    user's objects inside it, named (``task_encoder``, ``error_handler``, each dataset source), checked
-    first so the message names the one at fault.  ``fork`` copies the process and pickles nothing."""
-    method = start_method(context)
-    if method == "fork":
-        return
-    for name, obj in [*parts, ("the loader's worker state", whole)]:
-        found = _unpicklable(obj, name, depth=0)
-        if found is not None:
-            raise OptionError(_unpicklable_message(*found, method))
-
-
-def _pickle_error(obj: Any) -> BaseException | None:
-    try:
-        ForkingPickler.dumps(obj)
-    except Exception as exc:  # AttributeError (a local class), PicklingError, TypeError (a lock, a file), ...
-        return exc
-    return None
-
-
-def _unpicklable(obj: Any, path: str, depth: int) -> tuple[str, Any, BaseException] | None:
-    """``(path, object, error)`` of the innermost attribute or item of ``obj`` that does not pickle (a few
-    levels deep), or ``None`` if ``obj`` pickles."""
-    error = _pickle_error(obj)
-    if error is None:
-        return None
-    if depth < 4 and not isinstance(obj, type):
-        if isinstance(obj, dict):
-            items = [(f"{path}[{k!r}]", v) for k, v in list(obj.items())[:64]]
-        elif isinstance(obj, (list, tuple)):
-            items = [(f"{path}[{i}]", v) for i, v in enumerate(obj[:64])]
-        else:
-            items = [(f"{path}.{k}", v) for k, v in list(getattr(obj, "__dict__", {}).items())[:64]]
-        for inner_path, inner in items:
-            found = _unpicklable(inner, inner_path, depth + 1)
-            if found is not None:
-                return found
-    return path, obj, error
-
-
-def _unpicklable_message(path: str, obj: Any, error: BaseException, method: str) -> str:
-    kind = obj if isinstance(obj, type) or callable(obj) and hasattr(obj, "__qualname__") else type(obj)
-    qualname = getattr(kind, "__qualname__", type(obj).__qualname__)
-    what = f"{getattr(kind, '__module__', '?')}.{qualname}"
-    head = (
-        f"{path} ({what}) cannot be sent to the loader's worker processes: multiprocessing_context={method!r} "
-        f"starts each one fresh and pickles what it runs, classes and functions by reference (module and name)"
-    )
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        local = "a lambda" if "<lambda>" in qualname else "a class or function defined inside a function"
-        return (
-            f"{head}, and {local} ({qualname!r}) cannot be found that way ({type(error).__name__}: {error}); "
-            f"define it at module level (outside any function), or use multiprocessing_context='fork'"
-        )
-    return (
-        f"{head}, and this object does not pickle ({type(error).__name__}: {error}); make it picklable "
-        f"(module-level classes and functions; no lambdas, open files, locks or generators), or use "
-        f"multiprocessing_context='fork'"
-    )

@@ -8,7 +8,8 @@ pack's number in it, so a restore plans one window and never the ones before.
 The descriptor stream runs ahead of the training loop (DataLoader prefetches),
 so the cursor after each descriptor travels in a :class:`CursorQueue`: the
 sampler puts, the loader's iterator takes one per batch it hands out.  The
-queue has one owner, the iterator that created it.
+queue has one owner, the iterator that created it (the sampler gets it through
+:class:`~.sampler.RunFeed`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import INT64_LIMIT, DatareelError
+from ..errors import DatareelError
 
 
 @dataclass(frozen=True)
@@ -28,30 +29,18 @@ class Cursor:
     pack: tuple[int, int] | None = None
 
     def state_fields(self) -> dict[str, Any]:
-        """The state's ``cursor`` (and, packed, ``pack``) entries."""
-        out: dict[str, Any] = {"cursor": self.position}
-        if self.pack is not None:
-            out["pack"] = list(self.pack)
-        return out
+        """The state's ``cursor`` (and, packed, ``pack``) entries (:func:`datareel.state.cursor.cursor_to_json`)."""
+        from ..state.cursor import cursor_to_json  # the state's JSON is datareel.state's; imported when used
+
+        return cursor_to_json(self)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Cursor:
-        """Read (and type-check) the cursor fields of a saved state."""
-        position = state.get("cursor")
-        if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= INT64_LIMIT:
-            raise DatareelError(f"state cursor={position!r} must be an integer in [0, 2^63 - 1]; the state is damaged")
-        if "pack" not in state:
-            return cls(position)
-        pack = state["pack"]
-        if not (
-            isinstance(pack, (list, tuple))
-            and len(pack) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_LIMIT for v in pack)
-        ):
-            raise DatareelError(
-                f"state pack={pack!r} must be [window, offset] (two integers >= 0); the state is damaged"
-            )
-        return cls(position, (pack[0], pack[1]))
+        """Read (and type-check) the cursor fields of a saved state (:func:`datareel.state.cursor.cursor_from_json`:
+        a :class:`~datareel.errors.StateDamagedError` names a field that is not of its type)."""
+        from ..state.cursor import cursor_from_json
+
+        return cursor_from_json(state)
 
 
 class CursorQueue:

@@ -1,62 +1,95 @@
-"""The DataLoader's sampler: this rank's descriptors from the loader's cursor, with their cursors queued.
+"""The DataLoader's sampler: this rank's descriptors from where an iteration starts, with their cursors queued.
 
-Runs in the main process (a ``torch.utils.data.Sampler`` of descriptors; workers
-only execute them).  For each descriptor it hands to the DataLoader it puts the
-cursor after that micro-step into the iteration's :class:`~.cursor.CursorQueue`;
-when a finite pass ends it records the end there.
+Runs in the main process (a ``torch.utils.data.Sampler`` of descriptors; workers only execute them).
+Where an iteration starts crosses from its owner to the sampler through one named store, a
+:class:`RunFeed` (as torchdata's ``snapshot_store``): the owner (the loader's driver,
+:mod:`datareel.iteration`) puts the run to start from and the iteration's
+:class:`~.cursor.CursorQueue` there right before the DataLoader makes its sampler iterator; the sampler
+only reads it.  For each descriptor it hands to the DataLoader it puts the cursor after that micro-step
+into the queue; when a finite pass ends it records the end there.
 """
 
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from torch.utils.data import Sampler
 
-from ..plan.layout import Layout
-from .base import Descriptor, Reel
+from .base import Descriptor, Step
 from .cursor import Cursor, CursorQueue
 
-if TYPE_CHECKING:
-    from ..loader import Loader
+
+class Streamable(Protocol):
+    """Where an iteration starts: a cursor and a rank's steps from it (:class:`datareel.run.Run`)."""
+
+    @property
+    def cursor(self) -> Cursor:
+        """Where the stream starts (and where a pass that yields nothing ends)."""
+        ...
+
+    def stream(self, rank: int) -> Iterator[Step]:
+        """``rank``'s micro-steps from :attr:`cursor`."""
+        ...
+
+
+class RunFeed:
+    """The start of the current iteration: the run to stream from and the queue its cursors go to.
+
+    One owner writes it (:meth:`start`); the sampler reads it (:meth:`current`) each time the DataLoader
+    makes a sampler iterator, which it may do more than once per iteration (torch's multi-process
+    iterator does, and reads only the last one).
+    """
+
+    def __init__(self) -> None:
+        self._run: Streamable | None = None
+        self._queue = CursorQueue()
+
+    def start(self, run: Streamable, queue: CursorQueue) -> None:
+        """Start the next iteration from ``run``; its cursors go to ``queue``."""
+        self._run, self._queue = run, queue
+
+    def current(self) -> tuple[Streamable | None, CursorQueue]:
+        return self._run, self._queue
 
 
 class DescriptorSampler(Sampler[Descriptor]):
-    """Yields this rank's descriptors from the loader's cursor at the moment iteration starts.
+    """Yields ``rank``'s descriptors from the run in ``store`` at the moment iteration starts.
 
     ``quiet``: entered around the reel's own work for each descriptor (the loader's guard that keeps a
     worker's death from being reported in the middle of it, e.g. while reading a planning process's pipe).
+    The sampler holds the store only, never the loader: DataLoader keeps the sampler's iterator alive, and a
+    loader reachable from it would only be freed by the garbage collector, keeping workers alive.
     """
 
-    def __init__(self, loader: Loader, quiet: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext):
+    def __init__(
+        self,
+        store: RunFeed,
+        rank: int,
+        quiet: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ):
         super().__init__()
-        self._loader = weakref.ref(loader)  # the loader owns the DataLoader that owns this sampler
-        self._quiet = quiet
+        self._store, self._rank, self._quiet = store, rank, quiet
 
     def __iter__(self) -> Iterator[Descriptor]:
-        loader = self._loader()
-        if loader is None:
+        run, queue = self._store.current()
+        if run is None:
             return iter(())
-        # The stream must not hold the loader: DataLoader keeps it alive (as its sampler iterator), and a
-        # loader reachable from it would only be freed by the garbage collector, keeping workers alive.
-        return feed(loader.reel, loader.layout, loader.rank, loader.reel_cursor, loader.pending, self._quiet)
+        return feed(run, self._rank, queue, self._quiet)
 
 
 def feed(
-    reel: Reel,
-    layout: Layout,
+    run: Streamable,
     rank: int,
-    start: Cursor,
     queue: CursorQueue,
     quiet: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> Iterator[Descriptor]:
-    """``rank``'s descriptors from ``start``, each preceded by its cursor in ``queue`` (the reel's work for
-    each one under ``quiet()``)."""
-    last = start
-    stream = reel.stream(start, layout, rank)
+    """``rank``'s descriptors from ``run.cursor``, each preceded by its cursor in ``queue`` (the reel's work
+    for each one under ``quiet()``)."""
+    last = run.cursor
+    stream = run.stream(rank)
     while True:
         with quiet():
             item = next(stream, None)

@@ -1,0 +1,103 @@
+"""From the :class:`~datareel.Loader`'s arguments to its parts: where this process sits, the worker options, the
+plan, the pipeline (:func:`datareel.pipeline.build`) and the first :class:`~datareel.run.Run`.
+
+Arguments are checked in the order a user meets them (the dataset, the seed, the topology, the workers,
+then what the dataset and the encoder select); nothing here is kept but :class:`Parts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import dist
+from .blend.build import build_plan
+from .blend.tree import Blend
+from .errors import check_int
+from .execute.workers import WorkerOptions
+from .pipeline import build
+from .plan.layout import Layout
+from .plan.nodes import ReelPlan
+from .plan.schedule import BatchSchedule, RampUp
+from .reel import Packing, WindowedStage
+from .run import Recipe, Run
+from .sources.base import Source
+from .sources.sequence import from_sequence
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a loader is made of: its run and batch maker, and the arguments it keeps as attributes."""
+
+    run: Run
+    maker: Any
+    rank: int
+    group: Any
+    repeat: bool
+    workers: WorkerOptions
+    plan: ReelPlan
+    sources: list[Source]
+    packing: Packing | None
+
+    @property
+    def dataset(self) -> Any:
+        return self.run.recipe.dataset
+
+
+def assemble(
+    dataset: Source | Blend | Any,
+    *,
+    global_batch_size: int | RampUp | Sequence[tuple[int, int]] | BatchSchedule,
+    micro_batch_size: int,
+    seed: int,
+    shuffle: bool,
+    rank: int | None,
+    world_size: int | None,
+    num_workers: int,
+    task_encoder: Any,
+    repeat: bool,
+    prefetch_factor: int | None,
+    pin_memory: bool,
+    persistent_workers: bool,
+    multiprocessing_context: Any,
+    timeout: float,
+    data_parallel_group: Any,
+    packing: Packing | None,
+    stage: WindowedStage | None,
+    reseed_global_rng: bool,
+    on_error: str,
+    error_handler: Any,
+) -> Parts:
+    """The parts of ``Loader(dataset, **arguments)`` (see :class:`~datareel.Loader` for each argument)."""
+    if not isinstance(dataset, (Source, Blend)):
+        dataset = from_sequence(dataset)
+    recipe = Recipe(dataset, check_int(seed, "seed", maximum=(1 << 64) - 1), bool(shuffle))
+    rank, world_size = dist.rank_and_world(rank, world_size, data_parallel_group)
+    layout = Layout(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, world_size=world_size)
+    workers = WorkerOptions(
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        timeout=timeout,
+        multiprocessing_context=multiprocessing_context,
+    )
+    plan, sources = build_plan(dataset, seed=recipe.seed, shuffle=recipe.shuffle)
+    pipeline = build(
+        plan,
+        sources,
+        name=dataset.name,
+        seed=recipe.seed,
+        repeat=bool(repeat),
+        task_encoder=task_encoder,
+        packing=packing,
+        stage=stage,
+        reseed_global_rng=reseed_global_rng,
+        on_error=on_error,
+        error_handler=error_handler,
+        num_workers=num_workers,
+        multiprocessing_context=multiprocessing_context,
+    )
+    run = Run.start(pipeline.reel, layout, recipe)
+    return Parts(run, pipeline.maker, rank, data_parallel_group, bool(repeat), workers, plan, sources, packing)

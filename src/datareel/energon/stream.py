@@ -1,0 +1,68 @@
+"""One rank's datareel micro-batches as a facade loader's passes: :class:`LoaderStream` (the datareel Loader as
+one worker's stream of :mod:`.passes`) and :func:`one_pass` (what one ``for`` over the facade loader yields)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BatchError
+from ..loader import Loader
+from .passes import Passes
+from .unbatched import unwrap
+from .val import ValPlan
+
+
+class LoaderStream:
+    """This rank's micro-batches of the datareel loader, as one worker's stream (:mod:`.passes`): a pass
+    left early continues; a finite pass that ended starts again from ``start`` (where the loader was
+    built).  A ``next()`` that failed (a worker that died, ...) ended the datareel iterator, whose cursor
+    counts only batches handed out: the next pass makes a fresh one from that cursor (after a
+    :class:`~datareel.BatchError`, which counts as consumed, the iterator goes on)."""
+
+    def __init__(self, loader: Loader, start: dict[str, Any]):
+        self.loader, self.start = loader, start
+        self.iterator: Any = None
+
+    def run(self) -> Any:
+        while True:
+            if self.iterator is None:
+                self.iterator = iter(self.loader)
+            try:
+                batch = next(self.iterator)
+            except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
+                self.reset()
+                return
+            except BatchError:  # this batch failed in the making (counted by the cursor); the iterator goes on
+                raise
+            except BaseException:  # the iterator ended: the next pass continues from the loader's cursor
+                self.iterator = None
+                raise
+            yield batch
+
+    def reset(self) -> None:
+        self.iterator = None
+        self.loader.load_state_dict(self.start)
+
+    def length(self) -> int:
+        loader = self.loader
+        length = loader.length if loader.length is not None else loader.plan.epoch_length
+        if length is None:
+            raise TypeError("a weighted blend is endless: set virtual_epoch_length to give the loader a length")
+        return loader.layout.rank_steps(loader.rank, length)
+
+
+def one_pass(owner: Any, val: ValPlan | None, passes: Passes, token: object) -> Any:
+    """One pass of a facade loader (``owner``: a weak reference; the loader may keep this generator).
+    A pass that ended, or failed, is not kept: after a failure the next ``for`` continues it from the
+    streams' positions, which count only batches handed out (:mod:`.passes`)."""
+    try:
+        if val is not None:
+            for batch in val.iterate(passes):
+                yield unwrap(batch)
+        else:
+            for _worker, batch in passes:
+                yield unwrap(batch)
+    finally:
+        loader = owner()
+        if loader is not None and loader._live_token is token:
+            loader._live = None

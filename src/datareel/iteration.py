@@ -1,0 +1,182 @@
+"""Iterating a run through a torch DataLoader: the :class:`Driver` a loader drives its runs with, and the
+:class:`LoaderIterator` that hands batches out.
+
+The driver owns the loader's current :class:`~datareel.run.Run`, its DataLoader (remade after a worker
+failure) and its live iterators.  Each iterator starts from the current run: the driver puts that run and
+the iterator's :class:`~datareel.reel.CursorQueue` in the sampler's :class:`~datareel.reel.sampler.RunFeed`
+before the DataLoader starts the sampler.  Only a batch the iterator hands out moves the cursor: the
+iterator takes that batch's cursor from its queue and the driver's run becomes the run at it, so
+prefetched batches never count; after a restore (:meth:`Driver.restart`) they are simply made again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import weakref
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from .errors import BatchError, DatareelError
+from .execute.encoder import positions_tensor
+from .execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, end_with_this_process, widen_result_pipe
+from .reel import Cursor, CursorQueue
+from .reel.sampler import DescriptorSampler, RunFeed
+from .run import Run
+
+log = logging.getLogger("datareel")
+
+
+class Driver:
+    """A loader's current run, the DataLoader that executes it on ``rank``, and the iterators over it.
+
+    ``maker`` is the picklable batch maker workers run; ``workers`` the DataLoader's options.  The run
+    changes only here: :meth:`advance` (an iterator handed a batch out), :meth:`restart` (a restore).
+    """
+
+    def __init__(self, run: Run, rank: int, workers: WorkerOptions, maker: Any):
+        self.run, self.rank, self.workers, self.maker = run, rank, workers, maker
+        self.feed = RunFeed()  # where each iteration starts, read by the sampler
+        self.generation = 0  # bumped by each iter(), restore and close: older iterators refuse
+        self.iterators: weakref.WeakSet[LoaderIterator] = weakref.WeakSet()  # live ones: close() stops their workers
+        self.dataloader: DataLoader[Any] | None = None
+
+    def iterate(self) -> LoaderIterator:
+        """A new iterator from the current run (older ones stop working)."""
+        self.run.check_sizes()  # before any data moves: every batch ahead is whole micro-steps
+        self.generation += 1
+        return LoaderIterator(self, self.generation)
+
+    def advance(self, cursor: Cursor) -> None:
+        """A batch was handed out (or a finite pass ended): the run continues at ``cursor``."""
+        self.run = self.run.at(cursor)
+
+    def restart(self, run: Run) -> None:
+        """Continue from ``run`` (a restored state); iterators made before stop working."""
+        self.generation += 1
+        self.run = run
+
+    def start(self, queue: CursorQueue) -> Any:
+        """The DataLoader iterator of a new iteration from the current run, its cursors going to ``queue``."""
+        self.feed.start(self.run, queue)  # read by the sampler when the DataLoader starts it
+        try:
+            dataloader = self._dataloader()
+            end_with_this_process(dataloader)  # workers started now end with this process, however it ends
+            return iter(dataloader)
+        except BaseException:  # e.g. persistent workers that did not resume: the next iter() starts fresh ones
+            self.dataloader = None
+            raise
+
+    def _dataloader(self) -> DataLoader[Any]:
+        persistent = getattr(self.dataloader, "_iterator", None)  # torch's kept iterator (persistent_workers)
+        if persistent is not None and dead_workers(persistent):  # a worker died between iterations
+            with contextlib.suppress(Exception):
+                persistent._shutdown_workers()
+            self.dataloader = None
+        if self.dataloader is None:
+            sampler = DescriptorSampler(self.feed, self.rank, quiet=WORKER_DEATHS.outside)
+            self.dataloader = self.workers.dataloader(self.maker, sampler, seed=self.run.recipe.seed)
+        return self.dataloader
+
+    def discard_workers(self) -> None:
+        """Forget the DataLoader after a worker failure: the next ``iter()`` starts new workers (a
+        persistent DataLoader would otherwise reuse the broken ones), and older iterators refuse."""
+        self.generation += 1
+        self.dataloader = None
+
+    def close(self) -> None:
+        """Stop worker processes (those of live iterators too) and a planning process."""
+        self.discard_workers()
+        for iterator in list(self.iterators):
+            iterator.stop_workers()
+        getattr(self.run.reel, "close", lambda: None)()
+
+
+def answer_from_run(name: str, doc: str | None = None) -> Any:
+    """For a class that holds its :class:`Driver` as ``_driver`` (the Loader): the current run's ``name``, as a
+    read-only property, or as a method where the run's is one; documented as :class:`~datareel.run.Run` does."""
+    answer = getattr(Run, name, None)
+    if callable(answer):
+        return functools.wraps(answer)(lambda self, *args: getattr(self._driver.run, name)(*args))
+    return property(lambda self: getattr(self._driver.run, name), doc=doc or answer.__doc__)
+
+
+class LoaderIterator:
+    """One pass over the loader from its cursor at creation; moves the cursor on each hand-out.
+
+    Only a batch returned by :meth:`__next__` counts.  Anything else that ends a ``next()`` (a worker that
+    died, however: killed, ``os._exit``, a crash; torch's ``timeout``; ``KeyboardInterrupt``; a failing
+    reel) leaves the cursor where it was and ends this iterator (the DataLoader may have consumed a
+    descriptor it never returned): a new ``iter(loader)`` makes that micro-batch again.  A worker's death
+    is reported inside ``next()`` only (:class:`~datareel.execute.workers.WorkerDeaths`), never in the
+    training step, where torch's signal handler would raise it after the batch was handed out.
+    """
+
+    def __init__(self, driver: Driver, generation: int):
+        self.driver, self.generation = driver, generation
+        self.queue = CursorQueue()  # the cursors of the batches this iterator has not handed out yet
+        self.inner = driver.start(self.queue)
+        self.workers = hasattr(self.inner, "_workers")  # torch's multi-process iterator
+        if self.workers:
+            WORKER_DEATHS.install(self.inner)  # torch installs its SIGCHLD handler when it starts its first workers
+        self.deaths = WORKER_DEATHS.deaths
+        widen_result_pipe(self.inner)
+        driver.iterators.add(self)
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def stop_workers(self) -> None:
+        """Stop this iterator's worker processes now, not whenever the garbage collector finds it (a
+        process forked meanwhile would inherit the iterator and complain when it collects it)."""
+        shutdown = getattr(self.inner, "_shutdown_workers", None)  # torch's multi-process iterator
+        if shutdown is not None:
+            with contextlib.suppress(Exception):
+                shutdown()
+        self.inner = iter(())
+
+    def __next__(self) -> Any:
+        driver = self.driver
+        if driver.generation != self.generation:
+            raise DatareelError(
+                "this iterator was made before load_state_dict(), close() or a newer iter(loader); "
+                "call iter(loader) again to continue from the loader's cursor"
+            )
+        try:
+            if self.deaths != WORKER_DEATHS.deaths:  # a worker died while the training loop ran: ours?
+                self.deaths = WORKER_DEATHS.deaths
+                dead = dead_workers(self.inner)
+                if dead:
+                    raise RuntimeError(f"DataLoader worker process ended unexpectedly: {dead}")
+            waiting = self.workers and WORKER_DEATHS.wait()
+            try:
+                batch = next(self.inner)
+            finally:
+                WORKER_DEATHS.done(waiting)
+        except StopIteration:
+            if self.queue.end is not None:  # a finite pass ended: every rank ends at the same cursor
+                driver.advance(self.queue.end)
+            raise
+        except BatchError:  # this micro-batch failed in the making: it counts as consumed (a caller going on skips it)
+            driver.advance(self.queue.take())
+            raise
+        except BaseException as exc:  # a worker died or timed out, an interrupt, ...: the DataLoader is broken
+            driver.discard_workers()
+            self.stop_workers()
+            note = (
+                f"datareel: this iterator ended ({type(exc).__name__}) and the loader dropped its worker processes; "
+                f"the micro-batch it was making does not count as consumed: call iter(loader) again to continue "
+                f"from cursor {driver.run.position} (nothing handed out is lost or repeated) with fresh workers"
+            )
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(note)
+            else:
+                log.error("%s", note)
+            raise
+        if isinstance(batch, dict) and isinstance(batch.get("__positions__"), np.ndarray):
+            batch["__positions__"] = positions_tensor(batch["__positions__"])
+        driver.advance(self.queue.take())
+        return batch

@@ -1,0 +1,174 @@
+"""No import cycle in ``src/datareel``: a walk of every module's imports with ``ast``, nothing imported.
+
+An edge ``a -> b`` is an import of module ``b`` of the package that ``a`` makes when it is imported: at
+module level, inside module-level ``if`` / ``try`` / ``with`` blocks and class bodies, and under
+``if TYPE_CHECKING:`` too (a cycle there is still two modules that need each other, and it breaks as
+soon as someone drops the guard).  Imports inside a function body are excluded: they run when the
+function is called (the deliberate lazy imports, such as ``datareel.__getattr__``'s).  ``from pkg
+import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``; importing a submodule
+is not counted as an edge to its parent package (Python runs the parent first, which is no cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from pathlib import Path
+
+import datareel
+
+SRC = Path(datareel.__file__).resolve().parent
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    """Every module under the package directory ``root``, by dotted name (``root.name`` first)."""
+    names = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def import_graph(root: Path) -> dict[str, dict[str, int]]:
+    """``{module: {imported module: line of the first such import}}`` within the package at ``root``."""
+    modules = module_names(root)
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: dict[str, int] = {}
+
+        def add(target: str, line: int, edges: dict[str, int] = edges, name: str = name) -> None:
+            if target != name:
+                edges.setdefault(target, line)
+
+        def walk(body: list[ast.stmt], package: str = package, add=add) -> None:
+            for node in body:
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        target = alias.name
+                        while target and target not in modules:  # `import a.b.c` of a module inside the package
+                            target = target.rpartition(".")[0]
+                        if target:
+                            add(target, node.lineno)
+                elif isinstance(node, ast.ImportFrom):
+                    if node.level:
+                        base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                        source = ".".join(base + ([node.module] if node.module else []))
+                    else:
+                        source = node.module or ""
+                    for alias in node.names:
+                        if f"{source}.{alias.name}" in modules:
+                            add(f"{source}.{alias.name}", node.lineno)
+                        elif source in modules:
+                            add(source, node.lineno)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue  # runs when called, not when the module is imported
+                else:  # if (TYPE_CHECKING too), try/except/else/finally, with, class bodies, ...
+                    for field in ("body", "orelse", "finalbody"):
+                        walk(getattr(node, field, None) or [])
+                    for handler in getattr(node, "handlers", None) or []:
+                        walk(handler.body)
+
+        walk(ast.parse(path.read_text(), str(path)).body)
+        graph[name] = edges
+    return graph
+
+
+def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The components of ``graph`` with more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph.get(target, {})))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def one_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> str:
+    """A shortest cycle through the first module of ``component``, each import with its line, and the
+    component's other modules when there are more."""
+    first, members = component[0], set(component)
+    came_from: dict[str, str] = {}
+    queue = deque([first])
+    while queue:
+        node = queue.popleft()
+        for target in sorted(graph[node]):
+            if target == first:
+                hops = [node]
+                while hops[-1] != first:
+                    hops.append(came_from[hops[-1]])
+                hops = [*reversed(hops), first]
+                text = " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(hops, hops[1:])) + f" -> {first}"
+                rest = sorted(members - set(hops))
+                return text + (f" (and in the same knot: {', '.join(rest)})" if rest else "")
+            if target in members and target not in came_from:
+                came_from[target] = node
+                queue.append(target)
+    raise AssertionError(f"internal: no cycle through {first} in {component}")
+
+
+def cycles(root: Path) -> list[str]:
+    graph = import_graph(root)
+    return [one_cycle(graph, component) for component in strongly_connected(graph)]
+
+
+def test_no_import_cycle_in_src():
+    found = cycles(SRC)
+    assert not found, "import cycles (module (line of its import) -> ...):\n  " + "\n  ".join(found)
+
+
+def test_the_walk_finds_a_cycle_and_names_it(tmp_path):
+    """A package with a cycle only under ``TYPE_CHECKING`` (as loader <-> groups was), one through a
+    relative ``from . import``, and a lazy import inside a function that is no cycle."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from .c import C\n")
+    (pkg / "loader.py").write_text("from .groups import global_batches\n")
+    (pkg / "groups.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .loader import Loader\n"
+    )
+    (pkg / "sub" / "c.py").write_text("from .. import d\nC = 1\n")
+    (pkg / "d.py").write_text("import pkg.sub\n")
+    (pkg / "lazy.py").write_text("import pkg.loader\n")
+    (pkg / "e.py").write_text("def f():\n    from . import lazy\n")
+    (pkg / "lazy2.py").write_text("from . import e\n")
+    found = cycles(pkg)
+    assert found == [
+        "pkg.d (line 1) -> pkg.sub (line 1) -> pkg.sub.c (line 1) -> pkg.d",
+        "pkg.groups (line 4) -> pkg.loader (line 1) -> pkg.groups",
+    ]
