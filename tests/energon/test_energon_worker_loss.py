@@ -345,7 +345,7 @@ def kills_a_persistent_worker(loader, n: int):
 
     def step(handed):
         if handed == n:
-            dataloader = loader.loader._dataloader if loader.loader is not None else loader._val._dataloader
+            dataloader = loader.loader._driver.dataloader if loader.loader is not None else loader._val._dataloader
             victim = dataloader._iterator._workers[0].pid
             os.kill(victim, signal.SIGKILL)
             wait_until_ended(victim)
