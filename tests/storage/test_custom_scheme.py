@@ -165,6 +165,40 @@ def test_a_missing_shard_in_a_registered_store_is_named_and_asked_for_once(lake)
         unregister_scheme("mem-holes")
 
 
+class WritableMemFiles(MemFiles):
+    """A store that also lists, writes and deletes: ``datareel prepare`` can index shards inside it."""
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(url for url in self.blobs if url.startswith(prefix.rstrip("/") + "/"))
+
+    def write(self, path: str, data: bytes) -> None:
+        self.blobs[path] = bytes(data)
+
+    def delete(self, path: str) -> None:
+        self.blobs.pop(path, None)
+
+
+def test_prepare_indexes_shards_inside_a_registered_store(tmp_path):
+    """`datareel prepare mem-raw://...` on shards only the store holds writes the metadata a local prepare
+    writes (its .idx files byte for byte), and the dataset then reads as the local copy does."""
+    from datareel.cli import main
+
+    build_shards(tmp_path / "raw")
+    blobs: dict[str, bytes] = {}
+    copy_in(blobs, tmp_path / "raw", "mem-raw://lake/raw")
+    register_scheme("mem-raw", lambda: WritableMemFiles(blobs))
+    try:
+        assert main(["prepare", "mem-raw://lake/raw", "--quiet"]) == 0
+        prepare_webdataset(tmp_path / "raw", progress=False)
+        for shard in sorted((tmp_path / "raw").rglob("*.tar")):
+            relative = shard.relative_to(tmp_path / "raw").as_posix()
+            assert blobs[f"mem-raw://lake/raw/{relative}.idx"] == Path(f"{shard}.idx").read_bytes()
+        assert records(datareel.open_dataset("mem-raw://lake/raw")) == records(datareel.open_dataset(tmp_path / "raw"))
+        assert main(["prepare", "mem-raw://lake/raw", "--quiet"]) == 1  # prepared already: --overwrite to redo
+    finally:
+        unregister_scheme("mem-raw")
+
+
 def test_an_unregistered_scheme_is_refused_naming_how_to_register_one():
     with pytest.raises(DatasetError, match=r"no store is registered for URL scheme nowhere://.*register_scheme"):
         datareel.open_dataset("nowhere://lake/wds")
