@@ -16,18 +16,22 @@ The public API::
     datareel.sample_torch_generator()       # the same, as a torch.Generator
     datareel.TaskEncoder                    # the task-encoder protocol
     datareel.DatareelError (root), OptionError, DatasetError (and its DatasetChangedError, StorageError),
-        TopologyError, StateMismatchError, BatchError
+        TopologyError, StateError (StateMismatchError, StateDamagedError, ForeignStateError), BatchError
 
-The layers (a module imports only from the ones listed above it)::
+The layers (a module imports only from the ones listed above it; docs/architecture.md)::
 
-    errors.py   the exception types and argument checks
-    plan/       L2 pure order math: permute, epochs, split, nodes (the reel plan), pack planning, layout
-    sources/    L1 random-access I/O: len(), read(i), key(i), describe(); filters; lengths; typed samples
+    errors.py   every exception class and the argument checks
+    plan/       L2 pure order math: permute, epochs, split, nodes (the reel plan), pack planning, schedule, layout
+    storage/    bytes by URL scheme: one registered store each (local, file://, s3://, msc://, yours)
+    sources/    L1 random-access I/O: len(), read(i), key(i), describe(); sequences, filters, typed samples
+    formats/    meaning of bytes: one package per format (webdataset, jsonl, metadataset); the FORMATS registry
     blend/      the dataset trees users compose: mix, mix_epochized, concat, metadataset, open_dataset
-    reel/       L3 Cursor + the Reel protocol (plain, packed, windowed): a rank's (descriptor, cursor after) stream
-    execute/    L4 worker side: descriptor -> batch; task-encoder protocol; per-sample randomness; window planner
-    state/      the state format: Spec schema, checks;     dist.py  torch.distributed
-    loader.py   L5 DataLoader glue; the cursor queue; state_dict / load_state_dict
+    reel/       L3 Cursor, PlainReel, WindowReel + WindowPlanner (a stage is a planner); the DataLoader sampler
+    execute/    L4 worker side: descriptor -> batch; task-encoder protocol; per-sample randomness; worker deaths
+    state/      the state as a schema: Spec (to_json / from_json / diff), fields, checks, upgrades
+    pipeline.py a loader's options -> its reel and batch maker
+    run.py      Run: reel + layout + cursor, one frozen value (progress, a rank's stream, state, restore)
+    loader.py   L5 Loader, the PyTorch face over the current Run (assemble.py, iteration.py); dist.py
     energon/    Energon's loader API, sample types and task-encoder toolkit over datareel
     cli/        datareel prepare, info, inspect, verify, preview, plot, demo (and the length-index builder)
     testing/    shipped helpers: check_restore_everywhere, several ranks in one process, local gloo launcher
