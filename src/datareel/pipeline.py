@@ -1,9 +1,13 @@
 """From a loader's options to what runs: the reel (which positions, in which micro-steps) and the batch maker.
 
-This is the one place that knows which reel stage a set of options selects (plain, length-planned packing,
-a windowed stage planned by the encoder) and builds the worker-side :class:`~datareel.execute.batch.BatchMaker`
-that turns descriptors into batches.  The :class:`~datareel.Loader` calls :func:`build` and never asks which
-kind of reel it holds.
+This is the one place that turns options into a reel stage.  No stage options: the plain reel.  Else a
+:class:`~datareel.reel.window.WindowReel` over the stage's planner: ``packing=datareel.Packing(...)``
+plans packs from lengths, ``stage=datareel.WindowedStage(...)`` (the default for a generator
+``encode_sample``) is planned by the encoder (:class:`~datareel.execute.planner.EncoderPlanner`, which
+reads and encodes with the workers' batch maker), and any other ``stage=`` object implementing
+:class:`~datareel.reel.stage.Stage` makes its own planner from a :class:`~datareel.reel.stage.StageContext`.
+The worker-side :class:`~datareel.execute.batch.BatchMaker` turns every reel's descriptors into batches
+alike.  The :class:`~datareel.Loader` calls :func:`build` and never asks which kind of reel it holds.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from .execute.encoder import ResolvedEncoder
 from .execute.planner import EncoderPlanner
 from .execute.workers import check_picklable
 from .plan.nodes import ReelPlan
-from .reel import Packing, Reel, WindowedStage, check_options, make_reel
+from .reel import Packing, Reel, Stage, StageContext, WindowedStage, WindowPlanner, check_options, make_reel
 from .sources.base import Source
 
 
@@ -38,7 +42,7 @@ def build(
     repeat: bool,
     task_encoder: Any,
     packing: Packing | None,
-    stage: WindowedStage | None,
+    stage: WindowedStage | Stage | None,
     reseed_global_rng: bool,
     on_error: str,
     error_handler: Any,
@@ -49,28 +53,30 @@ def build(
     pickle when they will be sent to other processes."""
     check_options(packing, stage)
     encoder = ResolvedEncoder(task_encoder, packing=packing, online=bool(getattr(stage, "pack", False)))
-    if stage is None and encoder.windowed:  # a generator encoder: its outputs are planned per window
-        if packing is not None:
+    if encoder.windowed and not isinstance(stage, WindowedStage):  # a generator: its outputs are planned per window
+        if packing is not None or stage is not None:
+            what = "datareel.Packing plans packs from lengths" if packing is not None else f"stage={stage!r} plans"
             raise OptionError(
-                "a generator encode_sample runs in the windowed stage, and datareel.Packing plans packs from "
-                "lengths before encoding: pack online instead (stage=WindowedStage(pack=True) with "
-                "select_samples_to_pack), or make encode_sample return one sample"
+                f"a generator encode_sample runs in the windowed stage, and {what} before encoding: pack online "
+                f"instead (stage=WindowedStage(pack=True) with select_samples_to_pack), or make encode_sample "
+                f"return one sample"
             )
         stage = WindowedStage()
     options = ExecOptions.of(seed, reseed_global_rng, on_error, packing, error_handler)
     maker = BatchMaker(sources, encoder, options)
+    chosen = packing if packing is not None else stage
+    planner: WindowPlanner | None = None
+    if isinstance(chosen, WindowedStage):  # the encoder's own stage: planned with the workers' maker (execute/)
+        planner = EncoderPlanner(maker, chosen)
+    elif chosen is not None:
+        planner = chosen.planner(StageContext(plan, sources, seed, maker))
     reel = make_reel(
-        plan,
-        sources,
-        packing,
-        repeat=repeat,
-        name=name,
-        stage=stage,
-        planner=EncoderPlanner(maker, stage.pack) if isinstance(stage, WindowedStage) else None,
-        multiprocessing_context=multiprocessing_context,
+        plan, sources, chosen, planner, repeat=repeat, name=name, multiprocessing_context=multiprocessing_context
     )
-    if num_workers or (isinstance(stage, WindowedStage) and stage.background):  # processes to send it to
+    if num_workers or (chosen is not None and chosen.background):  # processes to send it to
         named = [("task_encoder", task_encoder), ("error_handler", error_handler)]
         named += [(f"dataset source {source.name!r}", source) for source in sources]
+        if chosen is not None and chosen.background and not isinstance(chosen, WindowedStage):
+            named.append((f"the planner of {type(chosen).__name__}", planner))
         check_picklable(maker, [(k, v) for k, v in named if v is not None], multiprocessing_context)
     return Pipeline(reel, maker)

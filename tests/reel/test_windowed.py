@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 import datareel
 from datareel import OptionError, WindowedStage
 from datareel.energon import stateless
+from datareel.execute.planner import EncoderPlanner
+from datareel.reel import Units, WindowPlan, WindowPlanner
 from datareel.testing import Topology, check_restore_everywhere
 from encoders import Knapsack
 from profiles import examples
@@ -166,7 +168,7 @@ def test_the_state_names_a_changed_stage_and_bad_options_are_refused():
 
 def test_a_generator_encoder_gets_the_windowed_stage_by_default_and_a_bad_selection_is_named():
     loader = datareel.Loader(records(10), global_batch_size=2, micro_batch_size=2, task_encoder=Splitter())
-    assert isinstance(loader.reel, datareel.reel.WindowedReel)
+    assert isinstance(loader.reel, datareel.reel.WindowReel) and isinstance(loader.reel.planner, EncoderPlanner)
 
     class Inventing(Knapsack):
         def select_samples_to_pack(self, samples):
@@ -296,21 +298,15 @@ def test_preencode_and_postencode_run_without_a_stage_and_postencode_is_reseeded
     assert run() == first and len(set(first[0])) == 4
 
 
-class SlowPlanner:
+class SlowPlanner(WindowPlanner):
     """A planner that reports 2 s of planning per window (one output per input)."""
 
-    def fingerprint(self):
-        return {"encoder": "slow"}
-
-    def report(self, window, failures):
-        pass
+    def spec(self):
+        return {"stage": {"encoder": "slow"}}
 
     def __call__(self, window, positions, source_ids, indices):
-        from datareel.reel.windowed import WindowPlan, make_items
-
         groups = [[j] for j in range(len(positions))]
-        items = make_items(groups, positions, source_ids, indices, np.zeros(len(positions), dtype=np.int64))
-        return WindowPlan(items, 0, 2.0)
+        return WindowPlan(Units.of(groups, positions, source_ids, indices, packs=False), 0, 2.0)
 
 
 def test_slow_planning_is_logged_once_with_the_cheaper_paths(caplog):
@@ -360,7 +356,7 @@ def test_a_stuck_planning_process_is_stopped_and_the_window_planned_inline(caplo
 
     with caplog.at_level("WARNING", logger="datareel"):
         stuck, reel = items(True)
-    assert stuck == items(False)[0] and reel._inline
+    assert stuck == items(False)[0] and reel.planning.inline
     assert sum("gave no plan for window 0 within 2 s" in r.getMessage() for r in caplog.records) == 1
     with pytest.raises(OptionError, match="plan_timeout=0"):
         WindowedStage(plan_timeout=0)

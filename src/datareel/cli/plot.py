@@ -60,8 +60,7 @@ def stream_shares(loader: Loader, steps: int, progress: bool = True) -> dict[str
             for s in np.unique(d.source_ids).tolist():
                 mask = d.source_ids == s
                 lengths[mask] = lengths_of(loader.sources[s], d.indices[mask], packing.length)
-            packs = len(d.pack_sizes) if d.pack_sizes is not None else len(lengths)
-            fill[b] = np.minimum(lengths, packing.max_length).sum() / (packs * packing.max_length)
+            fill[b] = np.minimum(lengths, packing.max_length).sum() / (len(d.units) * packing.max_length)
     counts = counts[:done]
     long_run = consumed(loader.plan.root, LONG_RUN)
     target = np.array([long_run.get(s, 0) / LONG_RUN for s in range(n)])

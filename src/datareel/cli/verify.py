@@ -21,11 +21,14 @@ import os
 import sys
 from typing import Any
 
-from ..errors import DatareelError, OptionError, StateMismatchError
+import numpy as np
+
+from ..errors import DatareelError, OptionError, StateDamagedError, StateMismatchError
 from ..loader import Loader
 from ..plan.nodes import consumed
 from ..plan.schedule import BatchSchedule
-from ..reel.packing import Packing
+from ..reel.base import Descriptor
+from ..reel.packed import Packing
 from ..reel.windowed import WindowedStage
 from ..state import check_state
 
@@ -68,7 +71,7 @@ def loader_options(spec: dict[str, Any], *, task_encoder: Any = None, trusted: b
         options["global_batch_size"] = BatchSchedule.from_spec(spec["global_batch_size"])
     packing = spec.get("packing")
     if isinstance(packing, dict):
-        length = packing.get("length")
+        length = packing["length"]
         if isinstance(length, dict):
             named = f"{length.get('module')}:{length.get('function')}"
             if not trusted:
@@ -79,13 +82,10 @@ def loader_options(spec: dict[str, Any], *, task_encoder: Any = None, trusted: b
                     f"(trusted=True); run from the job's directory"
                 )
             length = _import(named, "the length function")
-        options["packing"] = Packing(
-            max_length=packing["max_length"], length=length, window=packing["window"],
-            over_length=packing["over_length"],
-        )  # fmt: skip
+        options["packing"] = Packing.from_json(packing, length=None if isinstance(length, str) else length)
     stage = spec.get("stage")
     if isinstance(stage, dict):
-        options["stage"] = WindowedStage(window=stage["window"], pack=stage["pack"], background=False)
+        options["stage"] = WindowedStage.from_json(stage, background=False)
     named = (stage or {}).get("encoder")
     if task_encoder is not None and not isinstance(task_encoder, str):
         options["task_encoder"] = task_encoder  # the caller's own object
@@ -148,7 +148,7 @@ def verify_state(
     try:
         options = loader_options(state["spec"], task_encoder=task_encoder, trusted=trusted)
     except (KeyError, TypeError) as exc:
-        raise DatareelError(
+        raise StateDamagedError(
             f"the state's spec is damaged: its packing or stage entry lacks or mistypes {exc}; it cannot be "
             f"rebuilt (inspect it with `datareel inspect`)"
         ) from None
@@ -191,8 +191,8 @@ def _per_source(loader: Loader) -> dict[str, Any]:
     """Each source's samples read before the cursor, as (epoch, offset) of its own passes. With packing (or
     a windowed stage) the cursor is a pack in input window ``w``: the inputs counted are those before it."""
     pack = loader.reel_cursor.pack
-    inputs = loader.cursor if pack is None else pack[0] * loader.reel.window_size
-    end = getattr(loader.reel, "pass_length", None)  # a repeat=False pass ends there
+    inputs = loader.cursor if pack is None else pack[0] * loader.reel.window_size  # a WindowReel's cursor
+    end = loader.reel.pass_length  # a repeat=False pass ends there (either reel kind)
     inputs = inputs if end is None else min(inputs, end)
     counts = consumed(loader.plan.root, inputs)
     sources = []
@@ -235,15 +235,13 @@ def _next_keys(loader: Loader, world_size: int, show: int) -> tuple[list[dict[st
     return out, truncated
 
 
-def _keys(loader: Loader, descriptor: Any) -> list[Any]:
+def _keys(loader: Loader, descriptor: Descriptor) -> list[Any]:
+    """The keys of a descriptor's units: a sample's key, or (when its units are packs) each pack's keys."""
     keys = [loader.sources[s].key(i) for s, i in zip(descriptor.source_ids.tolist(), descriptor.indices.tolist())]
-    if descriptor.pack_sizes is None:
+    if not descriptor.packs.any():
         return keys
-    packs, start = [], 0
-    for size in descriptor.pack_sizes.tolist():
-        packs.append(keys[start : start + size])
-        start += size
-    return packs
+    starts = np.concatenate([[0], np.cumsum(descriptor.sizes)]).tolist()
+    return [keys[a:b] for a, b in zip(starts, starts[1:])]
 
 
 def format_sources(counts: dict[str, Any]) -> list[str]:

@@ -4,10 +4,13 @@ Stateless: given the same descriptor, any worker in any process returns the
 same batch, because everything it needs is in the descriptor and in the
 (read-only) sources, encoder and options.
 
-Per sample: read (and decode), attach ``__source__``, ``encode_sample`` inside
-the sample's context (its RNG, optionally reseeded global RNGs).  With packing,
-the encoded samples of each planned pack go to ``pack_selected_samples``.  Then
-``batch`` and ``encode_batch``.
+One code path for every reel: a descriptor is a list of units, each a pack or a
+single sample (see :class:`~datareel.reel.base.Descriptor`).  Per member: read (and
+decode), attach ``__source__``, ``encode_sample`` (or the planned output of the
+first stage, then ``postencode_sample``) inside the sample's context (its RNG,
+optionally reseeded global RNGs).  Each unit that is a pack goes to
+``pack_selected_samples``; the others are their one member.  Then ``batch`` and
+``encode_batch``.
 
 A sample that fails (read, decode or ``encode_sample``) is handled by the
 error policy: ``"raise"`` names its key, source and position; ``"substitute"``
@@ -23,80 +26,24 @@ the policy, with no handler told — also when a substitute candidate meets it.
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import (
-    BatchError,
-    DatasetChangedError,
-    OptionError,
-    StorageError,
-    check_choice,
-    is_skip,
-    sample_failure,
-)
+from ..errors import BatchError, DatasetChangedError, StorageError, is_skip, sample_failure
 from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
 from .encoder import ResolvedEncoder
+from .options import ON_ERROR, ExecOptions
 from .randomness import sample_context
 
+__all__ = ["ON_ERROR", "SUBSTITUTE_ATTEMPTS", "BatchMaker", "ExecOptions"]  # ExecOptions: its import path before
 log = logging.getLogger("datareel")
-ON_ERROR = ("raise", "substitute")
 SUBSTITUTE_ATTEMPTS = 16
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExecOptions:
-    """What every worker needs besides the descriptor: the seed, the randomness and error policies,
-    and packing's ``max_length`` (for ``truncate_sample``)."""
-
-    seed: int
-    reseed_global: bool = False
-    on_error: str = "raise"
-    max_length: int | None = None
-    handler: Callable[[Exception, str], Any] | None = None
-
-    @classmethod
-    def of(cls, seed: int, reseed_global: Any, on_error: Any, packing: Any, handler: Any = None) -> ExecOptions:
-        """Checked options from the loader's arguments (``packing``: a Packing or None)."""
-        check_choice(on_error, "on_error", ON_ERROR)
-        if handler is not None and not callable(handler):
-            raise OptionError(f"error_handler={handler!r} must be a function (exception, sample key) -> None")
-        if handler is not None and _required_positionals(handler) >= 3:  # Energon's (exc, sample, sources)
-            handler = _WithSources(handler)
-        return cls(
-            seed=seed,
-            reseed_global=bool(reseed_global),
-            on_error=on_error,
-            max_length=getattr(packing, "max_length", None),
-            handler=handler,
-        )
-
-
-def _required_positionals(fn: Callable[..., Any]) -> int:
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 2
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sum(1 for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty)
-
-
-@dataclass(frozen=True)
-class _WithSources:
-    """A handler with Energon's three required arguments, called as ``handler(exception, key, None)``."""
-
-    handler: Callable[..., Any]
-
-    def __call__(self, exc: Exception, key: str) -> Any:
-        return self.handler(exc, key, None)
 
 
 class BatchMaker(Dataset):
@@ -243,75 +190,68 @@ class BatchMaker(Dataset):
 
     def _make(self, desc: Descriptor) -> Any:
         self.prefetch(desc.source_ids, desc.indices)
-        if desc.outputs is not None:
-            samples = self._stage_outputs(desc)
-        else:
-            samples = [
-                self.sample(p, s, i)
-                for p, s, i in zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist())
-            ]
-        if desc.pack_sizes is not None:
-            samples = self._pack(desc, samples)
+        units = self._units(desc, self._members(desc))
         reseed = bool({"batch", "encode_batch"} & self.encoder.reseeds)
-        first = int(desc.packed_positions[0] if desc.packed_positions is not None else desc.positions[0])
-        with sample_context(self.options.seed, first, pack=True, reseed_global=reseed):
-            batch = self.encoder.encode_batch(self.encoder.batch(samples))
+        with sample_context(self.options.seed, int(desc.units[0]), pack=True, reseed_global=reseed):
+            batch = self.encoder.encode_batch(self.encoder.batch(units))
         if isinstance(batch, dict):
-            if desc.pack_sizes is None:
-                batch.setdefault("__source__", [self.names[i] for i in desc.source_ids.tolist()])
-                # numpy crosses the worker queue as plain bytes; the loader makes it a tensor on arrival
-                # (a tensor would travel through a shared-memory segment per batch: ~40% of throughput)
-                # a windowed stage numbers its outputs (an input may give several, or none)
-                batch.setdefault("__positions__", desc.positions if desc.outputs is None else desc.packed_positions)
-            else:
-                cuts = np.cumsum(desc.pack_sizes)[:-1]
+            # numpy crosses the worker queue as plain bytes; the loader makes it a tensor on arrival
+            # (a tensor would travel through a shared-memory segment per batch: ~40% of throughput)
+            names = [self.names[i] for i in desc.source_ids.tolist()]
+            if desc.packs.any():
+                cuts = np.cumsum(desc.sizes)[:-1]
                 batch.setdefault("__packs__", [p.tolist() for p in np.split(desc.positions, cuts)])
-                batch.setdefault(
-                    "__source__", [[self.names[i] for i in s.tolist()] for s in np.split(desc.source_ids, cuts)]
-                )
-                batch.setdefault("__positions__", desc.packed_positions)
+                starts = [0, *cuts.tolist(), len(names)]
+                batch.setdefault("__source__", [names[a:b] for a, b in zip(starts, starts[1:])])
+            else:
+                batch.setdefault("__source__", names)
+            batch.setdefault("__positions__", desc.units)  # each unit's reel position
         return batch
 
-    def _stage_outputs(self, desc: Descriptor) -> list[Any]:
-        """The planned outputs of a windowed stage's descriptor, post-encoded (each input encoded once)."""
-        made: dict[int, list[Any]] = {}
+    def _members(self, desc: Descriptor) -> list[Any]:
+        """Each member's sample: under the error policy, or (``planned``) the planned output of its input's
+        first stage (each input encoded once), then ``postencode_sample``; cut where ``truncate`` says."""
+        made: dict[int, list[Any]] = {}  # position -> its first stage's outputs (planned members)
+        cut = getattr(self.encoder.encoder, "truncate_sample", None)
         out = []
-        for p, s, i, k in zip(
-            desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist(), desc.outputs.tolist()
-        ):
-            if p not in made:
-                try:
-                    made[p] = self.first_stage(p, s, i)
-                except Exception as exc:
-                    if not sample_failure(exc):
-                        raise self.refused(p, s, i, exc) from exc
-                    raise BatchError(
-                        f"{self._where(p, s, i)} failed in a worker although it was planned: {exc}"
-                    ) from exc
-            if k >= len(made[p]):
-                raise BatchError(
-                    f"{self._where(p, s, i)}: the encoder gave {len(made[p])} outputs in a worker but more when the "
-                    f"window was planned; encode_sample must depend only on the sample and its seeded randomness"
-                )
-            out.append(self.post(p, k, made[p][k]))
+        for p, s, i, k, t in zip(
+            desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist(), desc.outputs.tolist(),
+            desc.truncate.tolist(),
+        ):  # fmt: skip
+            sample = self._planned(made, p, s, i, k) if desc.planned else self.sample(p, s, i)
+            out.append(cut(sample, self.options.max_length) if t else sample)
         return out
 
-    def _pack(self, desc: Descriptor, samples: list[Any]) -> list[Any]:
-        truncate = getattr(self.encoder.encoder, "truncate_sample", None)
-        if desc.truncate is not None and desc.truncate.any():
-            samples = [
-                truncate(s, self.options.max_length) if t else s for s, t in zip(samples, desc.truncate.tolist())
-            ]
+    def _planned(self, made: dict[int, list[Any]], p: int, s: int, i: int, k: int) -> Any:
+        """Output ``k`` of input ``p``'s first stage, post-encoded, as the window's plan found it."""
+        if p not in made:
+            try:
+                made[p] = self.first_stage(p, s, i)
+            except Exception as exc:
+                if not sample_failure(exc):
+                    raise self.refused(p, s, i, exc) from exc
+                raise BatchError(f"{self._where(p, s, i)} failed in a worker although it was planned: {exc}") from exc
+        if k >= len(made[p]):
+            raise BatchError(
+                f"{self._where(p, s, i)}: the encoder gave {len(made[p])} outputs in a worker but more when the "
+                f"window was planned; encode_sample must depend only on the sample and its seeded randomness"
+            )
+        return self.post(p, k, made[p][k])
+
+    def _units(self, desc: Descriptor, members: list[Any]) -> list[Any]:
+        """Each unit: its members through ``pack_selected_samples`` (a pack, under the unit's seed), else its
+        one member."""
+        reseed = self.options.reseed_global or "pack_selected_samples" in self.encoder.reseeds
         out, start = [], 0
-        for packed_position, size in zip(desc.packed_positions.tolist(), desc.pack_sizes.tolist()):
-            with sample_context(
-                self.options.seed,
-                packed_position,
-                pack=True,
-                reseed_global=self.options.reseed_global or "pack_selected_samples" in self.encoder.reseeds,
-            ):
-                out.append(self.encoder.pack_selected_samples(samples[start : start + size]))
-            start += size
+        for position, size, packs in zip(desc.units.tolist(), desc.sizes.tolist(), desc.packs.tolist()):
+            group, start = members[start : start + size], start + size
+            if not packs:
+                out.append(group[0])
+                continue
+            if self.encoder.pack_selected_samples is None:
+                raise BatchError(f"unit {position} is a pack: that needs task_encoder.pack_selected_samples(samples)")
+            with sample_context(self.options.seed, position, pack=True, reseed_global=reseed):
+                out.append(self.encoder.pack_selected_samples(group))
         return out
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,18 +1,19 @@
-"""The windowed stage's planner: one window of inputs -> its items (outputs, or online packs).
+"""The windowed stage's planner: one window of inputs -> its units (outputs, or online packs).
 
 For each input position of the window (in order) it reads the sample and runs
 the encoder's first stage (``preencode_sample``, else ``encode_sample``) under
 the position's seed, exactly as a worker will; the outputs of the window are
 the concatenation.  With online packing the user's ``select_samples_to_pack``
 gets that list (under a seed keyed by the window) and its groups become the
-window's packs.  Inputs that yield nothing (a generator that yields nothing,
+window's packs; without, each output is a unit of its own.  Inputs that yield nothing (a generator that yields nothing,
 ``SkipSample``, or a failure while a ``handler`` is set or ``on_error`` is
 ``"substitute"``) and outputs no pack selects are left out and counted; the
 failures go back with the plan, and the handler is told of them in the
 training process, once per window.
 
 The planner is what a background planning process runs; it holds the sources
-and the encoder, never the loader.
+and the encoder, never the loader.  It is a :class:`~datareel.reel.window.WindowPlanner` like any
+other: the window reel streams its units, and its ``spec`` is the state's ``spec.stage``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import numpy as np
 
 from ..errors import DatareelError, DatasetChangedError, StorageError, is_skip, picklable, sample_failure
 from ..plan.rng import DOMAIN_SELECT
-from ..reel.windowed import WindowPlan, make_items
+from ..reel.planner import WindowPlan, WindowPlanner
+from ..reel.units import Units
+from ..reel.windowed import WindowedStage
 from .batch import BatchMaker
 from .randomness import sample_context
 
@@ -34,16 +37,26 @@ log = logging.getLogger("datareel")
 PREFETCH = 64
 
 
-class EncoderPlanner:
-    """Plans windows with a :class:`~.batch.BatchMaker`'s reading and encoding (``pack``: online packing)."""
+class EncoderPlanner(WindowPlanner):
+    """Plans windows of ``stage`` with a :class:`~.batch.BatchMaker`'s reading and encoding (``stage.pack``:
+    online packing)."""
 
-    def __init__(self, maker: BatchMaker, pack: bool):
-        self.maker, self.pack = maker, pack
+    def __init__(self, maker: BatchMaker, stage: WindowedStage):
+        self.maker, self.stage, self.pack = maker, stage, stage.pack
 
-    def fingerprint(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, Any]:
+        """The window, the packing mode and the encoder class: never a plan (saving or restoring must not
+        plan windows besides the cursor's)."""
         encoder = self.maker.encoder.encoder
         cls = type(encoder)
-        return {"encoder": None if encoder is None else f"{cls.__module__}.{cls.__qualname__}"}
+        return {"stage": self.stage.to_json(None if encoder is None else f"{cls.__module__}.{cls.__qualname__}")}
+
+    def stalled(self, window: int, empty: int) -> None:
+        raise DatareelError(
+            f"the windowed stage produced no output in {empty} consecutive windows (up to reel position "
+            f"{(window + 1) * self.stage.window}): the encoder skips (or select_samples_to_pack leaves out) every "
+            f"sample; check encode_sample / select_samples_to_pack"
+        )
 
     def __call__(self, window: int, positions: np.ndarray, source_ids: np.ndarray, indices: np.ndarray) -> WindowPlan:
         started = time.perf_counter()
@@ -63,10 +76,11 @@ class EncoderPlanner:
         groups = self._select(window, encoded) if self.pack else [[j] for j in range(len(encoded))]
         owners = np.asarray(owner, dtype=np.int64)
         left_out = len(encoded) - sum(len(g) for g in groups)
-        items = make_items(
-            groups, positions[owners], source_ids[owners], indices[owners], np.asarray(number, dtype=np.int64)
-        )
-        return WindowPlan(items, empty + left_out, time.perf_counter() - started, failures)
+        units = Units.of(
+            groups, positions[owners], source_ids[owners], indices[owners],
+            outputs=np.asarray(number, dtype=np.int64), packs=self.pack, planned=True,
+        )  # fmt: skip
+        return WindowPlan(units, empty + left_out, time.perf_counter() - started, failures)
 
     def _outputs(
         self, window: int, position: int, source_id: int, index: int, failures: list[tuple[BaseException, str]]
@@ -86,12 +100,14 @@ class EncoderPlanner:
             failures.append((picklable(exc), maker._key(source_id, index)))
             return []
 
-    def report(self, window: int, failures: list[tuple[BaseException, str]]) -> None:
+    def report(self, window: int, plan: WindowPlan) -> None:
         handler = self.maker.options.handler
-        for exc, key in failures:
+        for exc, key in plan.notes or ():
             if handler is not None:
                 handler(exc, key)  # may raise: then the loader stops with it, as in Energon
             log.warning("planning window %d: sample %r failed (%r); it is left out", window, key, exc)
+        if plan.skipped:
+            log.debug("the windowed stage left out %d items of window %d", plan.skipped, window)
 
     def _select(self, window: int, encoded: list[Any]) -> list[list[int]]:
         """``select_samples_to_pack`` over the window's outputs, as lists of output numbers."""

@@ -1,14 +1,15 @@
 """The contract between the reel and the rest: descriptors, steps and the :class:`Reel` protocol.
 
-A reel kind (plain, packed, later stages) is one class implementing
-:class:`Reel`.  The loader and the sampler only ever call these methods: they
-never ask which kind of reel they hold.
+A reel kind (plain, or a :class:`~.window.WindowReel` over any window planner) is one class
+implementing :class:`Reel`.  The loader and the sampler only ever call these methods: they never ask
+which kind of reel they hold.  A :class:`Descriptor` is what crosses to a worker: one rank's units of
+one micro-step, each a pack or a single sample (see :mod:`.units`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -16,28 +17,60 @@ import numpy as np
 from ..plan.layout import Layout
 from .cursor import Cursor
 
+_DERIVED = np.zeros(0, dtype=np.int64)
+"""The default of a descriptor's unit fields: derived from the members (one unit per member)."""
 
-@dataclass(frozen=True)
+
+def _derived() -> np.ndarray:
+    return _DERIVED
+
+
+@dataclass(frozen=True, eq=False)
 class Descriptor:
-    """One rank's micro-batch: ``step`` and, per sample, reel position, source and index.
+    """One rank's micro-batch: ``step`` and its units, in order, their members back to back.
 
-    positions: int64[k], source_ids: int32[k], indices: int64[k].  With packing,
-    ``pack_sizes`` (int64[p], summing to k) cuts the samples into packs,
-    ``packed_positions`` (int64[p]) numbers the packs in the packed reel and
-    ``truncate`` (bool[k]) marks samples longer than ``max_length``.  In a windowed stage
-    ``outputs`` (int64[k]) says which output of each position's encoder is meant, and
-    ``packed_positions`` numbers the stage's outputs (packs, or single outputs when
-    ``pack_sizes`` is ``None``).
+    Members: ``positions`` int64[k] (input reel positions), ``source_ids`` int32[k], ``indices`` int64[k],
+    ``outputs`` int64[k] (which output of the member's first stage: ``0`` unless a stage planned a
+    generator's outputs) and ``truncate`` bool[k] (cut to ``max_length`` before packing).  Units:
+    ``units`` int64[u] (each unit's reel position: what ``__positions__`` reports and what keys a pack's
+    randomness), ``sizes`` int64[u] (members per unit, summing to k) and ``packs`` bool[u] (a pack for
+    ``pack_selected_samples``, else its one member is the unit).  ``planned``: the members' first-stage
+    outputs were planned (see :class:`~.units.Units`).
+
+    ``Descriptor(step, positions, source_ids, indices)`` is a plain micro-batch: one unit per sample, at its
+    own position; it pickles as those three arrays alone.
     """
 
     step: int
     positions: np.ndarray
     source_ids: np.ndarray
     indices: np.ndarray
-    pack_sizes: np.ndarray | None = None
-    packed_positions: np.ndarray | None = None
-    truncate: np.ndarray | None = None
-    outputs: np.ndarray | None = None
+    units: np.ndarray = field(default_factory=_derived)
+    sizes: np.ndarray = field(default_factory=_derived)
+    packs: np.ndarray = field(default_factory=_derived)
+    outputs: np.ndarray = field(default_factory=_derived)
+    truncate: np.ndarray = field(default_factory=_derived)
+    planned: bool = False
+
+    def __post_init__(self) -> None:
+        k = len(self.positions)
+        plain = self.units is _DERIVED
+        defaults: dict[str, Callable[[], np.ndarray]] = {
+            "units": lambda: self.positions,
+            "sizes": lambda: np.ones(len(self.units), dtype=np.int64),
+            "packs": lambda: np.zeros(len(self.units), dtype=bool),
+            "outputs": lambda: np.zeros(k, dtype=np.int64),
+            "truncate": lambda: np.zeros(k, dtype=bool),
+        }
+        for name, make in defaults.items():
+            if getattr(self, name) is _DERIVED:
+                object.__setattr__(self, name, make())
+        object.__setattr__(self, "_plain", plain and not self.planned)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self._plain:  # type: ignore[attr-defined]  # set in __post_init__
+            return (Descriptor, (self.step, self.positions, self.source_ids, self.indices))
+        return (Descriptor, tuple(getattr(self, f.name) for f in fields(self)))
 
 
 class Step(NamedTuple):
