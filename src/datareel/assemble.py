@@ -20,7 +20,7 @@ from .pipeline import build
 from .plan.layout import Layout
 from .plan.nodes import ReelPlan
 from .plan.schedule import BatchSchedule, RampUp
-from .reel import Packing, WindowedStage
+from .reel import Packing, Stage, WindowedStage
 from .run import Recipe, Run
 from .sources.base import Source
 from .sources.sequence import from_sequence
@@ -64,7 +64,7 @@ def assemble(
     timeout: float,
     data_parallel_group: Any,
     packing: Packing | None,
-    stage: WindowedStage | None,
+    stage: WindowedStage | Stage | None,
     reseed_global_rng: bool,
     on_error: str,
     error_handler: Any,

@@ -16,7 +16,7 @@ from .groups import GlobalBatch, global_batches
 from .iteration import Driver, LoaderIterator
 from .iteration import answer_from_run as _of_run
 from .plan.schedule import BatchSchedule, RampUp
-from .reel import Packing, WindowedStage
+from .reel import Packing, Stage, WindowedStage
 from .sources.base import Source
 
 __all__ = ["GlobalBatch", "Loader"]
@@ -37,7 +37,8 @@ class Loader:
     :func:`~datareel.from_sequence`); ``rank``/``world_size`` default to ``data_parallel_group``'s (or the default
     process group's) when torch.distributed is initialised, else ``0``/``1``; ``repeat=False`` reads one pass;
     ``packing`` plans packs from lengths (:class:`~datareel.Packing`); ``stage`` plans encoder outputs or online
-    packs per window (:class:`~datareel.WindowedStage`; the default for a generator ``encode_sample``); ``on_error``
+    packs per window (:class:`~datareel.WindowedStage`, the default for a generator ``encode_sample``; or your own
+    :class:`~datareel.reel.Stage`, docs/stages.md); ``on_error``
     (``"raise"`` / ``"substitute"``) handles a failing sample, after ``error_handler(exception, key)`` if given (it
     may raise to stop) — only a failure of the sample itself (its bytes, its decoding, the encoder on its content;
     :func:`datareel.errors.sample_failure` decides): a failure of the machine or the store (an ``OSError`` with an
@@ -76,7 +77,7 @@ class Loader:
         timeout: float = 0.0,
         data_parallel_group: Any = None,
         packing: Packing | None = None,
-        stage: WindowedStage | None = None,
+        stage: WindowedStage | Stage | None = None,
         reseed_global_rng: bool = False,
         on_error: str = "raise",
         error_handler: Any = None,
