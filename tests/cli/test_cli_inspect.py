@@ -84,7 +84,9 @@ def run(capsys, *args):
 
 
 @pytest.mark.parametrize("container", ["json", "torch.save", "dcp"])
-@pytest.mark.parametrize("kind", ["plain", "mixed", "packed", "packed mid-window", "windowed"])
+@pytest.mark.parametrize(
+    "kind", ["plain", "mixed", "packed", "packed mid-window", pytest.param("windowed", marks=pytest.mark.workers)]
+)
 def test_inspect_reads_what_real_loaders_save(tmp_path, capsys, kind, container):
     loader = saved(kind)
     state = loader.state_dict()

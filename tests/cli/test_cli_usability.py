@@ -274,6 +274,7 @@ def test_inspect_and_verify_take_the_dataset_as_a_positional_or_as_dataset(job, 
 # --- the demo shows its phases --------------------------------------------------------------------------
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("distributed", [False, True], ids=["simulated", "distributed"])
 def test_the_demo_announces_each_phase_as_it_starts_and_ends(monkeypatch, capsys, distributed):
     if distributed:  # the CLI path of --distributed, with the phases run in this process (a real run: ~90 s)
@@ -448,6 +449,7 @@ def _suggested(message: str) -> list[list[str]]:
     return [shlex.split(cmd)[1:] for cmd in re.findall(r"`(datareel \w+ [^`]+)`", message)]
 
 
+@pytest.mark.workers
 def test_info_on_a_metadataset_names_each_dataset_to_prepare_and_those_commands_work(tmp_path, capsys):
     build_shards(tmp_path / "a", shard_sizes=(3, 2), long_names=False)
     build_shards(tmp_path / "b", shard_sizes=(2, 1), long_names=False)
@@ -485,6 +487,7 @@ def test_info_on_a_metadataset_names_each_dataset_to_prepare_and_those_commands_
     assert "splits.train.blend[1]" in capsys.readouterr().out
 
 
+@pytest.mark.workers
 def test_every_path_info_cannot_describe_gets_a_suggestion_that_works_or_none(tmp_path, capsys):
     build_shards(tmp_path / "ds", shard_sizes=(2, 2), long_names=False)
     build_shards(tmp_path / "shard", shard_sizes=(2,), long_names=False)

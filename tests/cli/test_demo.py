@@ -17,6 +17,7 @@ def test_demo_command_passes():
         assert label in proc.stdout
 
 
+@pytest.mark.workers
 def test_demo_reports_a_difference(monkeypatch):
     lines = []
     real = demo.take_global_batches

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -247,15 +248,33 @@ def _scenario(rank, world, root, out, scenario, phase, G):
     (out / f"{phase}-{rank}.json").write_text(json.dumps(keys))
 
 
-@pytest.mark.parametrize("scenario", ["rank", "global-src0", "global-every"])
+SCENARIOS = ["rank", "global-src0", "global-every"]
+
+
+def _scenarios(rank, world, root, out, phase, G):
+    for scenario in SCENARIOS:
+        _scenario(rank, world, root, str(Path(out) / scenario), scenario, phase, G)
+
+
+@pytest.fixture(scope="module")
+def scenario_runs(texts, tmp_path_factory):
+    """The three scenarios saved by the same 2 processes and resumed by the same 3 (elastic: 2 -> 3 ranks), each
+    in its own folder: a process group per scenario and phase cost the processes' start three times over."""
+    out = tmp_path_factory.mktemp("scenarios")
+    for scenario in SCENARIOS:
+        (out / scenario).mkdir()
+    run_local(_scenarios, 2, str(texts), str(out), "save", 12, timeout=180)
+    run_local(_scenarios, 3, str(texts), str(out), "resume", 12, timeout=180)
+    return out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.slow
-def test_energon_save_restore_scenarios_in_real_processes(texts, tmp_path, scenario):
+def test_energon_save_restore_scenarios_in_real_processes(texts, scenario_runs, scenario):
     G = 12
-    run_local(_scenario, 2, str(texts), str(tmp_path), scenario, "save", G, timeout=180)
-    run_local(_scenario, 3, str(texts), str(tmp_path), scenario, "resume", G, timeout=180)  # elastic: 2 -> 3 ranks
     got = []
     for phase, world in (("save", 2), ("resume", 3)):
-        steps = [json.loads((tmp_path / f"{phase}-{r}.json").read_text()) for r in range(world)]
+        steps = [json.loads((scenario_runs / scenario / f"{phase}-{r}.json").read_text()) for r in range(world)]
         got += [k for step in zip(*steps) for batch in step for k in batch]
     reference = regroup(global_batches(texts, 1, 0, count=6, G=G, m=12), G)
     assert chunks(got, G) == reference
@@ -326,11 +345,22 @@ def _per_rank_files(rank, world, root, out, phase, G, workers, corrupt):
     (out / f"{phase}-{world}-{rank}.json").write_text(json.dumps(keys))
 
 
+@pytest.fixture(scope="module")
+def per_rank_files(texts, tmp_path_factory):
+    """Per-rank state files saved by 2 processes (1 worker each), once for the resumes below."""
+    out = tmp_path_factory.mktemp("per-rank")
+    run_local(_per_rank_files, 2, str(texts), str(out), "save", 8, 1, False, timeout=180)
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("resume_world,workers", [(4, 0), (1, 2)])
-def test_per_rank_state_files_resume_when_the_world_grows_or_shrinks(texts, tmp_path, resume_world, workers):
+def test_per_rank_state_files_resume_when_the_world_grows_or_shrinks(
+    texts, per_rank_files, tmp_path, resume_world, workers
+):
     G = 8
-    run_local(_per_rank_files, 2, str(texts), str(tmp_path), "save", G, 1, False, timeout=180)
+    tmp_path = tmp_path / "run"
+    shutil.copytree(per_rank_files, tmp_path)  # each resume writes its own files beside the saved ones
     run_local(_per_rank_files, resume_world, str(texts), str(tmp_path), "resume", G, workers, False, timeout=180)
     assert not list(tmp_path.glob("error-*.txt"))
     got = []

@@ -126,17 +126,38 @@ CASES = [
     for reset in ((False,) if limit is None else (False, True))
     for repeat in (False, True)
 ]
-TOPOLOGIES = [
-    pytest.param(1, 0, id="W1-N0"),
-    pytest.param(3, 0, id="W3-N0"),
+IN_PROCESS = [pytest.param(1, 0, id="W1-N0"), pytest.param(3, 0, id="W3-N0")]
+WITH_WORKERS = [
     pytest.param(1, 2, id="W1-N2", marks=pytest.mark.workers),
     pytest.param(2, 2, id="W2-N2", marks=pytest.mark.workers),
 ]
+MODES = [pytest.param("for", id="for"), pytest.param("cyclic", id="cyclic")]
 
 
-@pytest.mark.parametrize("W,workers", TOPOLOGIES)
-@pytest.mark.parametrize("limit,reset,repeat", CASES)
-@pytest.mark.parametrize("mode", ["for", "cyclic"])
+def combine(*params):
+    """One pytest.param of several: their values in order, their ids joined by '-', their marks."""
+    return pytest.param(
+        *[v for p in params for v in p.values],
+        id="-".join(p.id for p in params),
+        marks=[m for p in params for m in p.marks],
+    )
+
+
+def pairwise(*groups):
+    """Every combination of ``groups`` on both in-process topologies, and each on one worker topology in turn,
+    so that each worker topology meets every value of every group (a worker topology costs five in-process
+    ones; the full grid on both doubled this module's time for no pair it does not already cover)."""
+    combos = [[]]
+    for group in groups:
+        combos = [[*c, p] for c in combos for p in group]
+    out = []
+    for i, combo in enumerate(combos):
+        turn = i + i // 2  # worker topologies in turn 0 1 1 0 0 1 1 ...: neighbouring values (reset, repeat) meet both
+        out += [combine(*combo, t) for t in IN_PROCESS] + [combine(*combo, WITH_WORKERS[turn % 2])]
+    return out
+
+
+@pytest.mark.parametrize("mode,limit,reset,repeat,W,workers", pairwise(MODES, CASES))
 def test_val_loader_passes_match_energon(texts, W, workers, limit, reset, repeat, mode):
     endless = repeat and limit is None
     # an endless loader's `for` is left early: with workers, as get_savable_loader does (see the module doc)
@@ -147,8 +168,7 @@ def test_val_loader_passes_match_energon(texts, W, workers, limit, reset, repeat
         assert ours == energon, f"rank {rank} of {W}"
 
 
-@pytest.mark.parametrize("W,workers", TOPOLOGIES)
-@pytest.mark.parametrize("limit", [SMALL, LARGE, 0])
+@pytest.mark.parametrize("limit,W,workers", pairwise([pytest.param(n, id=str(n)) for n in (SMALL, LARGE, 0)]))
 def test_get_val_dataset_limit_matches_energon(texts, W, workers, limit):
     """``get_val_dataset(limit=n)``: Energon's own LimitDataset (reset after each pass; 0 means none)."""
     case = dict(W=W, workers=workers, limit_arg=limit)
@@ -169,8 +189,7 @@ BREAKS = [
 ]
 
 
-@pytest.mark.parametrize("W,workers", TOPOLOGIES)
-@pytest.mark.parametrize("wrap,take", BREAKS)
+@pytest.mark.parametrize("wrap,take,W,workers", pairwise(BREAKS))
 def test_val_loops_left_early_continue_as_energon_savable_loader(texts, W, workers, wrap, take):
     loaders = ["get_savable_loader"] + (["get_loader"] if workers == 0 else [])
     for loader in loaders:
@@ -179,16 +198,20 @@ def test_val_loops_left_early_continue_as_energon_savable_loader(texts, W, worke
             assert ours == energon, f"{loader}: rank {rank} of {W}"
 
 
-@pytest.mark.parametrize("W,workers", TOPOLOGIES)
+COUNTED = [
+    ((("repeat", {"repeats": 2}),), {}),
+    ((("repeat", {"repeats": 1.5}),), {}),
+    ((("repeat", {"repeats": 2, "restart": False}),), {}),
+    ((("repeat", {"repeats": 2}), ("limit", 9, True)), {}),
+    ((), {"batch_drop_last": True}),
+    ((("limit", 3, True), ("repeat",)), {}),  # RepeatDataset(LimitDataset(val)): the limited batches again
+]
+
+
+@pytest.mark.parametrize("W,workers", IN_PROCESS + WITH_WORKERS)
 def test_counted_repeats_and_batch_drop_last_match_energon(texts, W, workers):
-    for wraps, kw in (
-        ((("repeat", {"repeats": 2}),), {}),
-        ((("repeat", {"repeats": 1.5}),), {}),
-        ((("repeat", {"repeats": 2, "restart": False}),), {}),
-        ((("repeat", {"repeats": 2}), ("limit", 9, True)), {}),
-        ((), {"batch_drop_last": True}),
-        ((("limit", 3, True), ("repeat",)), {}),  # RepeatDataset(LimitDataset(val)): the limited batches again
-    ):
+    # every case on both in-process topologies; with workers, each case on one of the two (pairwise, as above)
+    for wraps, kw in COUNTED if not workers else COUNTED[W % 2 :: 2]:
         case = dict(W=W, workers=workers, wraps=wraps, **kw)
         ends = any(w[0] == "repeat" and w[1:] and not w[1].get("restart", True) for w in wraps)
         for rank, (energon, ours) in enumerate(

@@ -22,6 +22,7 @@ def _split_yaml(root, parts):
     (root / ".nv-meta" / "split.yaml").write_text(yaml.safe_dump({"split_parts": {"train": parts}}))
 
 
+@pytest.mark.workers
 @pytest.mark.parametrize("parts", [["a-0.tar", "a-1.tar", "a-0.tar"], ["a-{0..1}.tar", "a-{1..1}.tar"]], ids=repr)
 def test_a_shard_named_twice_in_the_split_is_refused(tmp_path, parts):
     from datareel.cli.prepare import prepare_webdataset

@@ -121,6 +121,7 @@ def test_safe_parts_behind_gzip_still_decode():
     assert decoder("cls.gz", gzip.compress(b"7")) == 7
 
 
+@pytest.mark.workers
 def test_through_a_prepared_dataset_no_wrapped_pickle_runs(tmp_path):
     """End to end: crude and typed reads of a shard holding every wrapped pickle-like part."""
     from datareel.cli.prepare import prepare_webdataset

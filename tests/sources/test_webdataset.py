@@ -101,6 +101,7 @@ def test_datareel_prepare_loads_in_energon(tmp_path):
         assert (tmp_path / name).read_bytes() == (energon_root / name).read_bytes()
 
 
+@pytest.mark.workers
 def test_typed_samples_and_split_ratio(tmp_path):
     build_shards(tmp_path, shard_sizes=(3, 3, 3, 3), long_names=False)
     report = prepare_webdataset(
@@ -269,6 +270,7 @@ def test_unknown_sample_type(prepared):
         datareel.open_dataset(prepared)
 
 
+@pytest.mark.workers
 def test_field_map_naming_a_missing_part(prepared):
     (prepared / ".nv-meta/dataset.yaml").write_text(
         yaml.safe_dump(
@@ -313,6 +315,7 @@ def test_prepare_refuses_duplicates_and_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "b.tar"]  # no .nv-meta, no .idx, no temp
 
 
+@pytest.mark.workers
 def test_prepare_on_truncated_tar_leaves_nothing(tmp_path):
     write_shard(tmp_path / "a.tar", [("k0", {"txt": b"a" * 2000})])
     write_shard(tmp_path / "b.tar", [("k1", {"txt": b"b" * 2000})])
