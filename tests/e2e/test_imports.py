@@ -5,15 +5,20 @@ module level, inside module-level ``if`` / ``try`` / ``with`` blocks and class b
 ``if TYPE_CHECKING:`` too (a cycle there is still two modules that need each other, and it breaks as
 soon as someone drops the guard).  Imports inside a function body are excluded: they run when the
 function is called (the deliberate lazy imports, such as ``datareel.__getattr__``'s).  ``from pkg
-import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``; importing a submodule
-is not counted as an edge to its parent package (Python runs the parent first, which is no cycle).
+import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``.  Importing ``a.b.c``
+is also an edge to the packages ``a`` and ``a.b`` (Python runs their ``__init__`` first, and one that
+imports back makes a cycle), except the importer's own packages, which are already being imported.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import deque
 from pathlib import Path
+
+import pytest
 
 import datareel
 
@@ -40,8 +45,13 @@ def import_graph(root: Path) -> dict[str, dict[str, int]]:
         edges: dict[str, int] = {}
 
         def add(target: str, line: int, edges: dict[str, int] = edges, name: str = name) -> None:
-            if target != name:
-                edges.setdefault(target, line)
+            # importing a.b.c first runs a/__init__ and a/b/__init__: edges to those packages too, except the
+            # importer's own packages (already being imported when it runs, so Python does not run them again)
+            parts = target.split(".")
+            for cut in range(1, len(parts) + 1):
+                step = ".".join(parts[:cut])
+                if step in modules and step != name and not name.startswith(step + "."):
+                    edges.setdefault(step, line)
 
         def walk(body: list[ast.stmt], package: str = package, add=add) -> None:
             for node in body:
@@ -172,3 +182,42 @@ def test_the_walk_finds_a_cycle_and_names_it(tmp_path):
         "pkg.d (line 1) -> pkg.sub (line 1) -> pkg.sub.c (line 1) -> pkg.d",
         "pkg.groups (line 4) -> pkg.loader (line 1) -> pkg.groups",
     ]
+
+
+def test_the_walk_sees_a_cycle_through_a_package_init(tmp_path):
+    """``from pkg.sub.c import C`` runs ``pkg/sub/__init__`` first: when that imports back, it is a cycle
+    (the knot formats <-> sources once was: a format's reader importing ``sources.base`` ran
+    ``sources/__init__``, which imported the half-imported reader)."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "run.py").write_text("from pkg.sub.c import C\nR = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("from ..run import R\n")
+    (pkg / "sub" / "c.py").write_text("from . import d\nC = 1\n")  # its own package: no edge back
+    (pkg / "sub" / "d.py").write_text("D = 1\n")
+    assert cycles(pkg) == ["pkg.run (line 1) -> pkg.sub (line 1) -> pkg.run"]
+
+
+_FIRST = sorted(  # the modules that define the sources a worker unpickles, and what they stand on
+    n
+    for n in module_names(SRC)
+    if n.split(".")[1:2] == ["sources"] or n.endswith((".reader", ".shards")) or n == "datareel.storage"
+)
+
+
+@pytest.mark.slow
+def test_every_reader_module_imports_first_in_a_fresh_process():
+    """What a spawned worker does when it unpickles a source: import the source's module before anything
+    else of datareel. One fresh interpreter per module (a walk can miss what only running finds)."""
+    script = (
+        "import importlib, subprocess, sys\n"
+        "bad = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    r = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True)\n"
+        "    if r.returncode:\n"
+        "        bad.append(f'{name}: {r.stderr.strip().splitlines()[-1]}')\n"
+        "print('\\n'.join(bad))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, *_FIRST], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert not result.stdout.strip(), "modules that fail when imported first:\n" + result.stdout
