@@ -52,7 +52,7 @@ def build(
     """The reel and batch maker for these options (refusing options that do not go together), checked to
     pickle when they will be sent to other processes."""
     check_options(packing, stage)
-    encoder = ResolvedEncoder(task_encoder, packing=packing, online=bool(getattr(stage, "pack", False)))
+    encoder = ResolvedEncoder(task_encoder, packing=packing, online=isinstance(stage, WindowedStage) and stage.pack)
     if encoder.windowed and not isinstance(stage, WindowedStage):  # a generator: its outputs are planned per window
         if packing is not None or stage is not None:
             what = "datareel.Packing plans packs from lengths" if packing is not None else f"stage={stage!r} plans"

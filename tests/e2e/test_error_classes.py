@@ -22,9 +22,9 @@ ERRORS = SRC / "errors.py"
 EXCEPTION_ENDINGS = ("Error", "Exception", "Exit", "Interrupt", "Warning")
 STATE_WORDS = re.compile(r"\b(states?|checkpoints?|saved)\b", re.IGNORECASE)
 
-PENDING: dict[str, int] = {"cli/verify.py": 3}
+PENDING: dict[str, int] = {}
 """``path (under src/datareel) -> bare DatareelError(...)`` calls about a state its owner has yet to change
-(cli/verify.py: importing what a state names without --trusted, x2; a spec that cannot be rebuilt)."""
+(none left: cli/verify.py's were the last)."""
 
 
 def _modules() -> list[tuple[str, ast.Module]]:

@@ -43,8 +43,8 @@ class FixedPlanner(WindowPlanner):
         self.k, self.window = k, window
 
     def spec(self):
-        # a window reel's state records its stage under "stage": window, pack, encoder, and the planner's own fields
-        return {"stage": {"window": self.window, "pack": True, "encoder": None, "planner": "fixed", "k": self.k}}
+        # a window reel's state records its stage under "stage": its window and the planner's own fields
+        return {"stage": {"window": self.window, "planner": "fixed", "k": self.k}}
 
     def bound(self, inputs):
         return inputs  # a pack holds at least one input
@@ -135,3 +135,38 @@ def test_a_planner_of_its_own_restores_everywhere_with_processes(before, after, 
 def test_an_object_that_is_not_a_stage_is_named():
     with pytest.raises(datareel.OptionError, match="planner"):
         datareel.Loader(records(5), global_batch_size=1, micro_batch_size=1, stage=object())
+
+
+@dataclass(frozen=True)
+class PackingFlagged(FixedPacks):
+    """A stage of the user's whose options happen to have a ``pack`` field: not the windowed stage."""
+
+    pack: bool = True
+
+
+def test_a_stage_with_a_pack_field_is_not_taken_for_the_windowed_stage():
+    loader = datareel.Loader(
+        records(12), global_batch_size=2, micro_batch_size=2, repeat=False, task_encoder=Packer(),
+        stage=PackingFlagged(3, 4),
+    )  # fmt: skip
+    assert [p for batch in loader for p in batch["__packs__"]] == [[0, 1, 2], [3], [4, 5, 6], [7], [8, 9, 10], [11]]
+
+
+def test_verify_rebuilds_a_stage_of_its_own_only_from_the_jobs_stage_object():
+    from datareel.cli.verify import verify_state
+
+    common = dict(global_batch_size=2, micro_batch_size=2, task_encoder=Packer())
+    loader = datareel.Loader(records(20), stage=FixedPacks(3), **common)
+    it = iter(loader)
+    next(it), next(it)
+    state = loader.state_dict()
+    with pytest.raises(datareel.OptionError, match="stage of the job's own.*stage=YourStage"):
+        verify_state(state, records(20), world_size=1, micro_batch_size=2, task_encoder=Packer())
+    verdict = verify_state(
+        state, records(20), world_size=2, micro_batch_size=1, task_encoder=Packer(), stage=FixedPacks(3)
+    )
+    assert verdict["ok"], verdict
+    verdict = verify_state(
+        state, records(20), world_size=1, micro_batch_size=2, task_encoder=Packer(), stage=FixedPacks(2)
+    )
+    assert not verdict["ok"] and "stage" in str(verdict["error"])

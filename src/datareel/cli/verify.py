@@ -62,7 +62,9 @@ def _import(qualified: str, what: str) -> Any:
     )
 
 
-def loader_options(spec: dict[str, Any], *, task_encoder: Any = None, trusted: bool = False) -> dict[str, Any]:
+def loader_options(
+    spec: dict[str, Any], *, task_encoder: Any = None, trusted: bool = False, stage_given: bool = False
+) -> dict[str, Any]:
     """``Loader`` keyword arguments rebuilt from a state's spec. ``task_encoder``: the job's encoder (an object,
     or ``module:Class`` / ``module:factory`` to import); ``trusted``: import the encoder class or the length
     function the state names (:class:`DatareelError` naming them and the consent otherwise)."""
@@ -75,7 +77,7 @@ def loader_options(spec: dict[str, Any], *, task_encoder: Any = None, trusted: b
         if isinstance(length, dict):
             named = f"{length.get('module')}:{length.get('function')}"
             if not trusted:
-                raise DatareelError(
+                raise OptionError(
                     f"the state's packing lengths come from the function {named}; rebuilding the loader means "
                     f"importing it, which runs code of module {length.get('module')!r}, and datareel imports "
                     f"nothing a state names unless told to. For a state you trust, pass --trusted "
@@ -84,14 +86,22 @@ def loader_options(spec: dict[str, Any], *, task_encoder: Any = None, trusted: b
             length = _import(named, "the length function")
         options["packing"] = Packing.from_json(packing, length=None if isinstance(length, str) else length)
     stage = spec.get("stage")
-    if isinstance(stage, dict):
+    if isinstance(stage, dict) and stage_given:
+        stage = None  # the caller's own stage object rebuilds it (a restore still compares its spec)
+    elif isinstance(stage, dict) and "pack" not in stage:  # a user's stage: only its own code can rebuild it
+        raise OptionError(
+            f"the state was saved by a stage of the job's own (spec.stage={stage}); datareel cannot rebuild it "
+            f"from the state: call datareel.cli.verify.verify_state(state, dataset, ..., stage=YourStage(...)) "
+            f"from Python with the job's stage object"
+        )
+    elif isinstance(stage, dict):
         options["stage"] = WindowedStage.from_json(stage, background=False)
     named = (stage or {}).get("encoder")
     if task_encoder is not None and not isinstance(task_encoder, str):
         options["task_encoder"] = task_encoder  # the caller's own object
     elif task_encoder is not None or named:
         if task_encoder is None and not trusted:
-            raise DatareelError(
+            raise OptionError(
                 f"the state's windowed stage ran the task encoder {named}; rebuilding the loader means importing "
                 f"it, which runs code of its module, and datareel imports nothing a state names unless told to. "
                 f"Name the job's encoder with --task-encoder MODULE:CLASS (task_encoder=...), or pass --trusted "
@@ -146,7 +156,9 @@ def verify_state(
     except DatareelError as exc:
         return {"ok": False, "error": _error(exc)}
     try:
-        options = loader_options(state["spec"], task_encoder=task_encoder, trusted=trusted)
+        options = loader_options(
+            state["spec"], task_encoder=task_encoder, trusted=trusted, stage_given=overrides.get("stage") is not None
+        )
     except (KeyError, TypeError) as exc:
         raise StateDamagedError(
             f"the state's spec is damaged: its packing or stage entry lacks or mistypes {exc}; it cannot be "

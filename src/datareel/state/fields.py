@@ -103,8 +103,10 @@ def _stage(spec: dict[str, Any]) -> None:
     stage = spec["stage"]
     expect(spec, "stage", "spec", _is_dict, "a dict")
     expect(stage, "window", "spec.stage", _is_int(1, INT64_LIMIT), "a positive integer")
-    expect(stage, "pack", "spec.stage", _is_bool, "true or false")
-    expect(stage, "encoder", "spec.stage", lambda v: v is None or isinstance(v, str), "null or 'module.Class'")
+    # the windowed stage's own fields; a stage of a user's (datareel.reel.Stage) records window and its own
+    if "pack" in stage or "encoder" in stage:
+        expect(stage, "pack", "spec.stage", _is_bool, "true or false")
+        expect(stage, "encoder", "spec.stage", lambda v: v is None or isinstance(v, str), "null or 'module.Class'")
 
 
 @dataclass(frozen=True)

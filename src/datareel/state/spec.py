@@ -45,7 +45,8 @@ class Spec:
     packing: Any = None
     """Length-planned packing's options (:class:`datareel.Packing`'s JSON form), or ``None``."""
     stage: Any = None
-    """The windowed stage's ``window``, ``pack`` and ``encoder``, or ``None``."""
+    """A window stage's fields, or ``None``: ``window`` always; the windowed stage's ``pack`` and ``encoder``;
+    a user's stage (:class:`datareel.reel.Stage`) its planner's own."""
     extra: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
     """Fields this release does not read (a later release's), kept and compared as values."""
 
