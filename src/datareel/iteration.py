@@ -100,7 +100,7 @@ def answer_from_run(name: str, doc: str | None = None) -> Any:
     read-only property, or as a method where the run's is one; documented as :class:`~datareel.run.Run` does."""
     answer = getattr(Run, name, None)
     if callable(answer):
-        return functools.wraps(answer)(lambda self, *args: getattr(self._driver.run, name)(*args))
+        return functools.wraps(answer)(lambda self, *args, **kwargs: getattr(self._driver.run, name)(*args, **kwargs))
     return property(lambda self: getattr(self._driver.run, name), doc=doc or answer.__doc__)
 
 

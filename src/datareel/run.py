@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import check_int
+from .errors import OptionError, check_int
 from .plan.layout import Layout
 from .plan.schedule import BatchSchedule
 from .reel import Cursor, Reel, Step
@@ -162,7 +162,14 @@ class Run:
             "global_batch_size": (layout or self.layout).schedule.spec(),
             "dataset": recipe.dataset.fingerprint(),
         }
-        return {**spec, **self.reel.spec()}
+        own = self.reel.spec()
+        clash = sorted(set(own) & set(spec))
+        if clash:  # a stage's spec() must not overwrite what keys the reel itself
+            raise OptionError(
+                f"the reel's stage records {clash} in the saved spec, which are the loader's own fields; a stage's "
+                f"spec() must put its fields under 'stage' (docs/stages.md)"
+            )
+        return {**spec, **own}
 
     def state_dict(self) -> dict[str, Any]:
         """The state to checkpoint: JSON-serialisable, identical on every rank, < 1 KB."""

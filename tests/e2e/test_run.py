@@ -113,3 +113,20 @@ def test_the_sampler_reaches_the_run_but_not_the_loader():
 def test_the_loader_is_a_thin_face():
     lines = Path(loader_module.__file__).read_text().splitlines()
     assert len(lines) <= 150, f"src/datareel/loader.py has {len(lines)} lines; the Loader is a thin face over the Run"
+
+
+def test_the_loaders_delegated_methods_take_keywords_as_before():
+    loader = make()
+    assert loader.accumulation_steps_at(b=0) == loader.accumulation_steps_at(0) == 2
+    assert loader.global_batch_size_at(b=1) == 8
+    loader.close()
+
+
+def test_a_stage_spec_that_would_overwrite_a_loader_field_is_refused():
+    loader = make()
+    reel = loader.run.reel
+    clashing = types.SimpleNamespace(spec=lambda: {"seed": 0, "stage": {"window": 4}})
+    with pytest.raises(datareel.OptionError, match=r"\['seed'\].*under 'stage'"):
+        dataclasses.replace(loader.run, reel=clashing).spec()
+    assert loader.run.reel is reel and loader.state_dict()["spec"]["seed"] == 3
+    loader.close()

@@ -214,3 +214,14 @@ def test_file_urls_are_local_paths(lake):
         datareel.open_dataset(f"file://{root / 'text.jsonl'}").byte_sizes(np.arange(3)),
         datareel.open_dataset(root / "text.jsonl").byte_sizes(np.arange(3)),
     )
+
+
+def test_a_refused_register_format_leaves_the_registry_as_it_was():
+    import dataclasses
+
+    from datareel import formats
+
+    before = list(formats.FORMATS)
+    with pytest.raises(datareel.OptionError, match="before='nope'"):
+        formats.register_format(dataclasses.replace(formats.JSONL), before="nope")
+    assert formats.FORMATS == before

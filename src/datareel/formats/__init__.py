@@ -41,11 +41,12 @@ def register_format(found: Format, *, before: str = WEBDATASET.name) -> None:
 
     if not isinstance(found, Format):
         raise OptionError(f"register_format takes a datareel.formats.Format, got {type(found).__name__}")
-    FORMATS[:] = [f for f in FORMATS if f.name != found.name]
-    names = [f.name for f in FORMATS]
-    if before not in names:
+    kept = [f for f in FORMATS if f.name != found.name]
+    names = [f.name for f in kept]
+    if before not in names:  # checked before anything changes: a refused call leaves FORMATS as it was
         raise OptionError(f"before={before!r} names no registered format; they are {names}")
-    FORMATS.insert(names.index(before), found)
+    kept.insert(names.index(before), found)
+    FORMATS[:] = kept
 
 
 def unregister_format(name: str) -> None:
@@ -53,4 +54,13 @@ def unregister_format(name: str) -> None:
     FORMATS[:] = [f for f in FORMATS if f.name != name or f is WEBDATASET]
 
 
-__all__ = ["FORMATS", "JSONL", "METADATASET", "WEBDATASET", "Format", "format_of", "register_format"]
+__all__ = [
+    "FORMATS",
+    "JSONL",
+    "METADATASET",
+    "WEBDATASET",
+    "Format",
+    "format_of",
+    "register_format",
+    "unregister_format",
+]

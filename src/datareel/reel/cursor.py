@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import DatareelError
 
@@ -27,20 +26,6 @@ class Cursor:
 
     position: int = 0
     pack: tuple[int, int] | None = None
-
-    def state_fields(self) -> dict[str, Any]:
-        """The state's ``cursor`` (and, packed, ``pack``) entries (:func:`datareel.state.cursor.cursor_to_json`)."""
-        from ..state.cursor import cursor_to_json  # the state's JSON is datareel.state's; imported when used
-
-        return cursor_to_json(self)
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Cursor:
-        """Read (and type-check) the cursor fields of a saved state (:func:`datareel.state.cursor.cursor_from_json`:
-        a :class:`~datareel.errors.StateDamagedError` names a field that is not of its type)."""
-        from ..state.cursor import cursor_from_json
-
-        return cursor_from_json(state)
 
 
 class CursorQueue:
