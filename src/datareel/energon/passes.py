@@ -2,7 +2,7 @@
 
 Megatron-Energon keeps every wrapper's position in the wrapper itself, and a new ``iter()`` starts
 a new generator from those positions; a wrapper that reaches its end resets what it wraps.  The
-visible rules (megatron.energon 7.4.1, checked beside it in tests/test_energon_val_loops.py):
+visible rules (megatron.energon 7.4.1, checked beside it in tests/energon/test_energon_val_loops.py):
 
 - a dataset pass (:class:`Batches`, :class:`LoaderStream`) left early continues at the next
   ``for``; once its end is seen, the next one starts it again;

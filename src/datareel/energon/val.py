@@ -1,7 +1,7 @@
 """Energon's val order: which samples each (rank, worker) reads, and the batches it makes of them.
 
 ``get_val_dataset`` reads in order, with no shuffle, and megatron.energon 7.4.1 shares the work
-out like this (checked beside it in tests/test_energon_val_loops.py):
+out like this (checked beside it in tests/energon/test_energon_val_loops.py):
 
 - the ``W × max(N, 1)`` workers of all ranks split each dataset into one contiguous slice each,
   in (rank, worker) order; each gets ``floor(n / workers)`` samples and the ``n mod workers``
