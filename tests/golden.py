@@ -132,11 +132,15 @@ def plain(value: Any) -> Any:
     return value
 
 
-def record(tmp: Path) -> list[dict[str, Any]]:
+def record(
+    tmp: Path, recipes: dict[str, Any] | None = None, make: Any = None, *, sort_keys: bool = True
+) -> list[dict[str, Any]]:
+    """Each recipe's state after each of its step counts, with the batch that follows (``recipes`` and
+    ``make(recipe, tmp)``: this module's by default; ``sort_keys=False`` keeps the state's key order)."""
     out = []
-    for recipe, step_counts in RECIPES.items():
+    for recipe, step_counts in (RECIPES if recipes is None else recipes).items():
         for steps in step_counts:
-            loader = build(recipe, tmp)
+            loader = (build if make is None else make)(recipe, tmp)
             it = iter(loader)
             taken = 0
             for _ in range(steps):
@@ -149,7 +153,7 @@ def record(tmp: Path) -> list[dict[str, Any]]:
                 {
                     "recipe": recipe,
                     "steps": taken,
-                    "state": json.dumps(state, sort_keys=True),
+                    "state": json.dumps(state, sort_keys=sort_keys),
                     "next_batch": None if after is None else plain(after),
                 }
             )

@@ -25,6 +25,10 @@ import numpy as np
 import datareel
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # run as a script: tests/ holds golden.py
+    sys.path.insert(0, str(HERE.parent))
+from golden import record as record_recipes  # noqa: E402
+
 GOLDEN = HERE.parent / "data" / "golden_states_pre26.json"
 WRITTEN_AT = "4fb4948"
 
@@ -138,17 +142,6 @@ RECIPES = {
 """Recipe -> micro-steps after which a state is recorded (100: past the end of a finite pass)."""
 
 
-def plain(value: Any) -> Any:
-    """A batch as JSON-able Python (tensors and arrays to lists), to compare continuations."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
-
-
 def started(recipe: str, tmp: Path, **topology: Any) -> Any:
     """The loader of ``recipe`` as the recorded run had it before its steps: ``anchored`` restores the state
     of 4 micro-steps (two global batches of 8) of ``anchored_from`` with a changed size (8 -> 12)."""
@@ -164,28 +157,7 @@ def started(recipe: str, tmp: Path, **topology: Any) -> Any:
 
 
 def record(tmp: Path) -> list[dict[str, Any]]:
-    out = []
-    for recipe, step_counts in RECIPES.items():
-        for steps in step_counts:
-            loader = started(recipe, tmp)
-            it = iter(loader)
-            taken = 0
-            for _ in range(steps):
-                if next(it, None) is None:
-                    break
-                taken += 1
-            state = loader.state_dict()
-            after = next(it, None)
-            out.append(
-                {
-                    "recipe": recipe,
-                    "steps": taken,
-                    "state": json.dumps(state),  # key order as written
-                    "next_batch": None if after is None else plain(after),
-                }
-            )
-            loader.close()
-    return out
+    return record_recipes(tmp, RECIPES, started, sort_keys=False)  # key order as written
 
 
 def write() -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from golden_pre26 import GOLDEN, RECIPES, build, plain, started
+from golden_pre26 import GOLDEN, RECIPES, build, started
 
 from datareel.state import Spec, check_state
+from golden import plain
 
 ENTRIES = json.loads(GOLDEN.read_text())["entries"]
 IDS = [f"{e['recipe']}-{e['steps']}" for e in ENTRIES]
