@@ -161,3 +161,17 @@ def prepared_shard(root: Path, samples: int = 3) -> Path:
     write_shard(root / "a-0.tar", [(f"k{i}", {"txt": b"x" * (i + 1)}) for i in range(samples)])
     prepare_webdataset(root, progress=False)
     return root
+
+
+def val_blend(tmp_path: Path, texts: Path, others: int, name: str = "blend.yaml") -> Path:
+    """A metadataset (``tmp_path / name``) whose ``val`` split blends the train part of ``texts`` with a new
+    prepared dataset ``tmp_path / "other"`` of ``others`` TextSamples (keys ``o-00``, ...)."""
+    from datareel.cli.prepare import prepare_webdataset
+
+    other = tmp_path / "other"
+    write_shard(other / "p.tar", [(f"o-{i:02d}", {"txt": f"other {i}".encode()}) for i in range(others)])
+    prepare_webdataset(other, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
+    parts = [{"weight": 1, "path": str(path), "split_part": "train"} for path in (texts, other)]
+    meta = {"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": {"val": {"blend": parts}}}
+    (tmp_path / name).write_text(json.dumps(meta))
+    return tmp_path / name

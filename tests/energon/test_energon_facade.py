@@ -15,11 +15,10 @@ import torch
 
 from datareel import DatareelError, StateMismatchError
 from datareel import energon as den
-from datareel.cli.prepare import prepare_webdataset
 from datareel.testing import free_port, run_local
 from encoders import Keys
 from state_edit import edited
-from wds_helpers import write_shard
+from wds_helpers import val_blend
 from where import HELPERS
 
 TESTS = HELPERS  # energon_script.py
@@ -451,26 +450,7 @@ def test_a_wrong_dataset_path_fails_where_it_is_given(texts, tmp_path):
 
 
 def test_get_val_datasets_gives_one_loader_per_val_dataset(texts, tmp_path):
-    other = tmp_path / "other"
-    write_shard(other / "p.tar", [(f"o-{i:02d}", {"txt": f"other {i}".encode()}) for i in range(5)])
-    prepare_webdataset(other, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
-    yaml_path = tmp_path / "blend.yaml"
-    yaml_path.write_text(
-        json.dumps(
-            {
-                "__module__": "megatron.energon",
-                "__class__": "MetadatasetV2",
-                "splits": {
-                    "val": {
-                        "blend": [
-                            {"weight": 1, "path": str(texts), "split_part": "train"},
-                            {"weight": 1, "path": str(other), "split_part": "train"},
-                        ]
-                    }
-                },
-            }
-        )
-    )
+    yaml_path = val_blend(tmp_path, texts, 5)
     config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
     pairs = den.get_val_datasets(str(yaml_path), worker_config=config, batch_size=4, task_encoder=Keys())
     assert len(pairs) == 2

@@ -227,31 +227,9 @@ def test_counted_repeats_and_batch_drop_last_match_energon(texts, W, workers):
 def test_val_datasets_of_a_metadataset_match_energon(texts, tmp_path):
     """Several val datasets concatenated (a metadataset's val split): Energon rotates the worker that
     gets a dataset's extra samples by the samples before it."""
-    import json
+    from wds_helpers import val_blend
 
-    from datareel.cli.prepare import prepare_webdataset
-    from wds_helpers import write_shard
-
-    other = tmp_path / "other"
-    write_shard(other / "p.tar", [(f"o-{i:02d}", {"txt": f"other {i}".encode()}) for i in range(11)])
-    prepare_webdataset(other, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
-    meta = tmp_path / "meta.yaml"
-    meta.write_text(
-        json.dumps(
-            {
-                "__module__": "megatron.energon",
-                "__class__": "MetadatasetV2",
-                "splits": {
-                    "val": {
-                        "blend": [
-                            {"weight": 1, "path": str(texts), "split_part": "train"},
-                            {"weight": 1, "path": str(other), "split_part": "train"},
-                        ]
-                    }
-                },
-            }
-        )
-    )
+    meta = val_blend(tmp_path, texts, 11, "meta.yaml")
     for W in (1, 4):
         for rank in range(W):
             got = []
