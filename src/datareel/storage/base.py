@@ -173,6 +173,18 @@ class KeptHandles:
         return contextlib.nullcontext()
 
 
+def each_in_turn(call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]:
+    """``call`` on each item in this thread, in order: its result, or the :class:`DatasetError` it raised
+    (what :meth:`Files.each` answers, for a store with nothing to gain from concurrency)."""
+    out: list[T | DatasetError] = []
+    for item in items:
+        try:
+            out.append(call(item))
+        except DatasetError as exc:
+            out.append(exc)
+    return out
+
+
 class StoreFiles:
     """:class:`Files` from ``info`` and ``read_range``: the rest has defaults a store may override (a
     store with a cost per request overrides ``read_ranges`` and ``each`` to fetch concurrently, and sets
@@ -207,13 +219,7 @@ class StoreFiles:
         return out
 
     def each(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]:
-        out: list[T | DatasetError] = []
-        for item in items:
-            try:
-                out.append(call(item))
-            except DatasetError as exc:
-                out.append(exc)
-        return out
+        return each_in_turn(call, items)
 
     def write(self, path: str, data: bytes) -> None:
         raise OptionError(f"{path}: the store of this URL scheme ({type(self).__name__}) does not take writes")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..errors import DatasetError, NotFound, StorageError
-from .base import Range
+from .base import Range, each_in_turn
 from .handles import Descriptor, OpenShards, handles
 from .objects import ObjectInfo
 
@@ -143,13 +143,7 @@ class LocalFiles:
         return handles()
 
     def each(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]:
-        out: list[T | DatasetError] = []
-        for item in items:
-            try:
-                out.append(call(item))
-            except DatasetError as exc:
-                out.append(exc)
-        return out
+        return each_in_turn(call, items)
 
 
 LOCAL = LocalFiles()
