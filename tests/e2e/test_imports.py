@@ -213,7 +213,7 @@ def test_every_reader_module_imports_first_in_a_fresh_process():
         "import importlib, subprocess, sys\n"
         "bad = []\n"
         "for name in sys.argv[1:]:\n"
-        "    r = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True)\n"
+        "    r = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True, timeout=120)\n"
         "    if r.returncode:\n"
         "        bad.append(f'{name}: {r.stderr.strip().splitlines()[-1]}')\n"
         "print('\\n'.join(bad))\n"
