@@ -10,7 +10,14 @@ and online packing (``packing_buffer_size`` + ``select_samples_to_pack``).  It
 gains elastic resumption: pass ``global_batch_size=`` to ``get_train_dataset``
 and the saved state restores on any world size and worker count.  See
 ``docs/migrating-from-energon.md``.
+
+Every public name of ``megatron.energon`` 7.4.1 has a home here, in the submodule of the same
+path as Energon's (``datareel.energon.cache``, ``.flavors``, ``.metadataset``, ``.wrappers``, ...);
+the ones not eagerly imported below load on first use (:data:`_LAZY`).
 """
+
+import importlib
+from typing import Any
 
 from ..errors import SkipSample
 from ..sources.typed import (
@@ -55,6 +62,105 @@ from .task_encoder import (
     reraise_exception,
     stateless,
 )
+
+# Energon's other public names -> the facade module that defines them (Energon's own module path).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "CachePool",
+            "DecodeFileStore",
+            "DirectLazy",
+            "FileCacheLazy",
+            "FileStore",
+            "FileStoreCachePool",
+            "FileStoreDecoder",
+            "Lazy",
+            "MockLazy",
+            "NoCachePool",
+            "PrimaryFileStore",
+            "SystemFileStore",
+        ],
+        ".cache",
+    ),
+    **dict.fromkeys(
+        [
+            "BaseCoreDatasetFactory",
+            "BaseWebdatasetFactory",
+            "CaptioningWebdataset",
+            "CrudeJsonlDatasetFactory",
+            "CrudeSample",
+            "CrudeWebdataset",
+            "DefaultCrudeJsonlDatasetFactory",
+            "DefaultDecoderWebdatasetFactory",
+            "DefaultGenericWebdatasetFactory",
+            "ImageClassificationWebdataset",
+            "ImageWebdataset",
+            "InterleavedWebdataset",
+            "JoinedWebdatasetFactory",
+            "MultiChoiceVQAWebdataset",
+            "OCRWebdataset",
+            "SampleDecoder",
+            "SavableDataset",
+            "SimilarityInterleavedWebdataset",
+            "StandardWebdatasetFactory",
+            "TextWebdataset",
+            "VidQAWebdataset",
+            "VQAOCRWebdataset",
+            "VQAWebdataset",
+        ],
+        ".flavors",
+    ),
+    **dict.fromkeys(
+        [
+            "DatasetLoader",
+            "DatasetLoaderInterface",
+            "Metadataset",
+            "MetadatasetV2",
+            "load_dataset",
+            "prepare_metadataset",
+            "traverse_metadataset",
+        ],
+        ".metadataset",
+    ),
+    **dict.fromkeys(
+        [
+            "BatchDataset",
+            "BlendDataset",
+            "ConcatDataset",
+            "EpochizeDataset",
+            "FilterDataset",
+            "GcDataset",
+            "GroupBatchDataset",
+            "IterMapDataset",
+            "LogSampleDataset",
+            "MapDataset",
+            "MixBatchDataset",
+            "PackingDataset",
+            "ShuffleBufferDataset",
+            "concat_pad",
+            "generic_concat",
+            "homogeneous_concat_mix",
+        ],
+        ".wrappers",
+    ),
+    "AugmentTaskEncoder": ".task_encoder",
+    "SavableDataLoader": ".savable_loader",
+    "SourceInfo": ".source_info",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'datareel.energon' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "Batch",
