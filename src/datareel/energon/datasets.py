@@ -124,10 +124,8 @@ def get_train_dataset(
     open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
     packing_buffer_size = _check_buffer(packing_buffer_size, "get_train_dataset")
     if shuffle_over_epochs_multiplier not in (1, None):
-        raise OptionError(
-            f"get_train_dataset: shuffle_over_epochs_multiplier={shuffle_over_epochs_multiplier} cannot be honoured; "
-            f"datareel shuffles each epoch with its own permutation (1) or not at all (None)"
-        )
+        # Energon's meaning (one permutation over k epochs; -1: endless): datareel.blend.open_dataset's
+        open_kwargs["shuffle_over_epochs_multiplier"] = shuffle_over_epochs_multiplier
     if batch_drop_last and not repeat:
         raise OptionError(
             "get_train_dataset: batch_drop_last=True with repeat=False is not supported; datareel "
