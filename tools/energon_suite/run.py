@@ -1,7 +1,7 @@
 """Run Energon's own test suite against real megatron.energon and against ``datareel.energon``.
 
     python tools/energon_suite/run.py --tests /path/to/Megatron-Energon/tests [--python .venv/bin/python]
-        [--side facade|energon|both] [--timeout 1200] [-k EXPR] [--json out.json] [FILE ...]
+        [--side facade|energon|both] [--baseline earlier.json] [--timeout 1200] [-k EXPR] [--json out.json] [FILE ...]
 
 For the facade side, every ``megatron.energon`` import is renamed to ``datareel.energon`` by the
 plugin beside this file (``datareel_energon_shim.py``), which renames modules and nothing else.
@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per test file and side")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression")
     parser.add_argument("--json", type=Path, help="write each test's outcome per side here")
+    parser.add_argument(
+        "--baseline", type=Path, help="a --json file of an earlier run: its energon column is shown, not rerun"
+    )
     parser.add_argument("files", nargs="*", help="test files (names in tests/); all test_*.py by default")
     args = parser.parse_args(argv)
     tests = args.tests.resolve()
@@ -84,10 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     files = args.files or sorted(p.name for p in tests.glob("test_*.py"))
     sides = SIDES if args.side == "both" else (args.side,)
     table: dict[str, dict[str, dict[str, str]]] = {}
+    if args.baseline and "energon" not in sides:
+        earlier = json.loads(args.baseline.read_text())
+        table = {name: {"energon": earlier.get(name, {}).get("energon", {})} for name in files}
+        sides = SIDES
     notes: list[str] = []
     for name in files:
-        table[name] = {}
+        table.setdefault(name, {})
         for side in sides:
+            if side in table[name]:
+                continue
             result, note = run_file(args.python, root, f"tests/{name}", side, args.timeout, args.keyword)
             table[name][side] = result
             if note:
@@ -98,12 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     totals = {s: [0, 0] for s in sides}
     for name, per_side in table.items():
         cells = []
+        # A file that fails to import on one side reports one error, not its tests: count every test
+        # either side collected, so the totals compare like with like.
+        known = len({t for result in per_side.values() for t in result if "::" in t and not t.startswith("::")})
         for side in sides:
             result = per_side[side]
             passed = sum(v == "passed" for v in result.values())
+            total = max(len(result), known)
             totals[side][0] += passed
-            totals[side][1] += len(result)
-            cells.append(f"{passed:>17}/{len(result):<6}")
+            totals[side][1] += total
+            cells.append(f"{passed:>17}/{total:<6}")
         print(f"{name:34}" + "".join(cells))
     print(f"{'total':34}" + "".join(f"{totals[s][0]:>17}/{totals[s][1]:<6}" for s in sides))
     for note in notes:
