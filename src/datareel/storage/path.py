@@ -72,11 +72,30 @@ class RemotePath:
         return []  # nothing of datareel's own is left aside in a bucket (see datareel.cli.atomic)
 
 
+def location_of(path: Any) -> str:
+    """What a path the user passed names, as a string: a URL of a store, or a local path.  ``str`` and
+    ``os.PathLike`` objects as they are; a path object naming a store URL in its ``url`` attribute (a
+    :class:`RemotePath`, ``datareel.energon``'s ``EPath``) by that URL — an ``EPath`` of a local file
+    gives its local path (``os.fspath``)."""
+    if isinstance(path, str):
+        return path
+    url = getattr(path, "url", None)
+    if isinstance(url, str) and is_remote(url):
+        return url
+    if isinstance(path, os.PathLike):
+        return os.fspath(path)
+    if isinstance(url, str):
+        return url
+    raise DatasetError(f"{path!r} is not a path: pass a str, a pathlib.Path, a URL or an EPath")
+
+
 def as_path(path: str | os.PathLike[str] | RemotePath) -> Path | RemotePath:
     """A :class:`RemotePath` for a URL of a store, a :class:`~pathlib.Path` for a local path (a ``file://``
-    URL's path included).  A URL of a scheme no store is registered for is refused, naming the ones that are."""
-    if isinstance(path, RemotePath):
+    URL's path included); an ``EPath`` by what it names (:func:`location_of`).  A URL of a scheme no store
+    is registered for is refused, naming the ones that are."""
+    if isinstance(path, (RemotePath, Path)):
         return path
+    path = location_of(path)
     if is_remote(path):
         return RemotePath(str(path))
     scheme = scheme_of(path)

@@ -28,6 +28,14 @@ _INDICES = (
     "CREATE INDEX idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name,"
     " content_byte_offset, content_byte_size);"
 )
+_MEDIA_SCHEMA = (
+    "CREATE TABLE media_metadata (entry_key TEXT PRIMARY KEY, metadata_type TEXT NOT NULL,"
+    " metadata_json TEXT NOT NULL);"
+    "CREATE TABLE media_filters (filter_id INTEGER PRIMARY KEY AUTOINCREMENT, strategy TEXT NOT NULL,"
+    " patterns TEXT, created_at_utc TEXT DEFAULT CURRENT_TIMESTAMP, UNIQUE(strategy, patterns));"
+)
+"""Energon's media tables (``prepare`` with a media filter): each media file's metadata by ``key.part``, and
+the filter that chose them."""
 CACHE_KIB = 16 * 1024
 """sqlite's page cache while building (bounded whatever the dataset size)."""
 
@@ -39,8 +47,9 @@ class IndexDb:
     manager; :meth:`finish` builds the secondary indices and commits.
     """
 
-    def __init__(self, path: Path, where: str) -> None:
+    def __init__(self, path: Path, where: str, *, media: bool = False) -> None:
         self.where = where
+        self.media = media
         self.counts: dict[str, int] = {}  # shard -> samples, in shard order
         self.parts: set[str] = set()
         self._shards: list[str] = []
@@ -48,7 +57,7 @@ class IndexDb:
         self._db = sqlite3.connect(path)
         # a staged file renamed into place when complete: no journal or syncs needed while building
         self._db.executescript(f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-{CACHE_KIB};")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA + (_MEDIA_SCHEMA if media else ""))
 
     def __enter__(self) -> IndexDb:
         return self
@@ -74,6 +83,15 @@ class IndexDb:
             raise  # not reached: _duplicate raises (a constraint other than the key's would surface here)
         self._db.executemany("INSERT INTO sample_parts VALUES (?, ?, ?, ?, ?)", ((tar_id, *part) for part in parts))
         self.parts.update(part for _, part, _, _ in parts)
+
+    def add_media(self, rows: list[tuple[str, str, str]]) -> None:
+        """Media metadata rows ``(entry key "key.part", metadata type, metadata JSON)`` (a database made with
+        ``media=True``); a second row for one entry replaces the first, as Energon's writer does."""
+        self._db.executemany("INSERT OR REPLACE INTO media_metadata VALUES (?, ?, ?)", rows)
+
+    def add_media_filter(self, strategy: str, patterns: str) -> None:
+        """Record the media filter that chose the media files (Energon's ``media_filters`` row)."""
+        self._db.execute("INSERT OR IGNORE INTO media_filters (strategy, patterns) VALUES (?, ?)", (strategy, patterns))
 
     def _duplicate(self, tar_id: int, keys: list[str]) -> None:
         """Name the first key of shard ``tar_id`` that an earlier sample holds (the key index refused it)."""
