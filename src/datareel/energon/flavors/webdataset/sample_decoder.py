@@ -1,0 +1,109 @@
+"""Energon's ``SampleDecoder``: how a sample's parts are decoded, by extension (``decoder = SampleDecoder(...)``
+on a task encoder; :meth:`SampleDecoder.decode` for one file of a :class:`~datareel.energon.cache.FileStore`).
+
+The parts are decoded by datareel's part decoder (:class:`datareel.formats.webdataset.decode.PartDecoder`:
+webdataset's handlers, images per ``image_decode``), with datareel's one deliberate difference: pickle
+parts stay ``bytes`` (unpickling runs code from the dataset).  Audio and video parts become an
+:class:`~datareel.energon.av.AVDecoder` as in Energon, which needs PyAV to decode (and says so when used).
+``guess_content=True`` picks the handler by the bytes (the ``filetype`` package), as Energon does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....errors import OptionError
+from ....formats.webdataset.decode import IMAGE_DECODE, PartDecoder
+from ...cache.base import FileStoreDecoder
+from .config import split_name_re
+
+__all__ = ["AV_DECODE", "AV_EXTENSIONS", "DEFAULT_DECODER", "SampleDecoder", "open_options"]
+
+AV_DECODE = ("torch", "AVDecoder", "pyav")
+AV_EXTENSIONS = frozenset(
+    {"mp4", "avi", "mov", "webm", "mkv", "flac", "mp3", "wav", "m4a", "ogg", "aac", "m4v", "opus", "wmv", "flv"}
+)
+"""The extensions Energon's audio/video handler takes."""
+
+
+class SampleDecoder(FileStoreDecoder):
+    """Energon's default decoder of WebDataset samples (its arguments; see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        image_decode: str = "torchrgb",
+        av_decode: str = "AVDecoder",
+        video_decode_audio: bool = False,
+        guess_content: bool = False,
+    ):
+        if image_decode not in IMAGE_DECODE:
+            raise OptionError(f"SampleDecoder(image_decode={image_decode!r}): give one of {list(IMAGE_DECODE)}")
+        if av_decode not in AV_DECODE:
+            raise OptionError(f"SampleDecoder(av_decode={av_decode!r}): give one of {list(AV_DECODE)}")
+        self._config = dict(
+            image_decode=image_decode,
+            av_decode=av_decode,
+            video_decode_audio=bool(video_decode_audio),
+            guess_content=bool(guess_content),
+        )
+        self._parts = PartDecoder(image_decode)
+
+    def config(self) -> dict[str, Any]:
+        return dict(self._config)
+
+    def _one(self, part: str, raw: Any, where: str) -> Any:
+        if not isinstance(raw, (bytes, bytearray, memoryview)):
+            return raw  # decoded already (a value, not bytes)
+        if self._config["guess_content"]:
+            import filetype
+
+            kind = filetype.guess(bytes(raw[:262]))
+            if kind is not None:
+                part = kind.extension
+        extension = part.rpartition(".")[2].lower()
+        if extension in AV_EXTENSIONS:
+            from ...av import AVDecoder
+
+            return AVDecoder(bytes(raw), av_decode=self._config["av_decode"], name=where or part)
+        return self._parts(part, bytes(raw), where)
+
+    def decode(self, fname: str, raw: bytes) -> Any:
+        """One file (``"<key>.<ext>"``) decoded by its extension."""
+        match = split_name_re.match(fname)
+        part = match.group(2) if match else "."
+        return self._one(part, raw, fname)
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """Every part of a raw sample decoded (``__key__`` and the other ``__...__`` fields kept)."""
+        key = sample.get("__key__", "")
+        return {
+            k: v if k.startswith("__") else self._one(k, v, f"sample {key!r} part {k!r}") for k, v in sample.items()
+        }
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._config.items())
+        return f"SampleDecoder({args})"
+
+
+DEFAULT_DECODER = SampleDecoder()
+
+
+def open_options(decoder: Any) -> dict[str, Any]:
+    """What opening a dataset takes from a task encoder's ``decoder`` (datareel's readers decode parts
+    themselves): ``None`` -> raw bytes; a :class:`SampleDecoder` -> its ``image_decode``.  A decoder datareel's
+    readers cannot apply is refused by name."""
+    if decoder is None:
+        return {"decode": False}
+    if not isinstance(decoder, SampleDecoder):
+        raise OptionError(
+            f"task_encoder.decoder={decoder!r}: datareel decodes parts with a SampleDecoder (or None for raw "
+            f"bytes); decode in a cooker or encode_sample instead"
+        )
+    config = decoder.config()
+    if config["guess_content"]:
+        raise OptionError(
+            "SampleDecoder(guess_content=True) on a task encoder: datareel's readers decode by extension; decode "
+            "by content in a cooker (SampleDecoder(guess_content=True).decode(name, raw)) instead"
+        )
+    return {"image_decode": config["image_decode"]}
