@@ -1,22 +1,31 @@
 """Energon's ``megatron.energon.worker``: ``WorkerConfig``, where this process sits (rank, world size,
-workers per rank) and what happens to a failing sample."""
+workers per rank) and what happens to a failing sample (``global_error_handler``,
+``restore_error_handler``, Energon's ``(exception, sample, sources)`` handlers)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as torch_dist
 
-__all__ = ["WorkerConfig"]
+from .task_encoder.base import log_exception, reraise_exception
+
+__all__ = ["ErrorHandler", "FailedSample", "WorkerConfig", "datareel_error_handler"]
+
+ErrorHandler = Callable[[Exception, Any, Any], None]
+"""Energon's error handler: ``handler(exception, sample, sources)``; returning skips the sample, raising stops."""
 
 
 @dataclass
 class WorkerConfig:
     """Where this process sits: ``rank`` / ``world_size`` of the data-parallel group, workers per rank.
 
-    ``seed_offset`` is datareel's seed.  The debug fields are accepted and ignored.
-    """
+    ``seed_offset`` is datareel's seed.  ``global_error_handler`` is told of every sample that fails
+    while iterating (Energon's default logs it and goes on: :func:`log_exception`), ``restore_error_handler``
+    of one that fails while ``restore_sample`` makes it again (default: :func:`reraise_exception`).  The
+    debug fields are accepted and ignored."""
 
     rank: int
     world_size: int
@@ -25,6 +34,8 @@ class WorkerConfig:
     seed_offset: int = 0
     worker_debug_path: str | None = None
     worker_log_level: int = 0
+    global_error_handler: ErrorHandler = log_exception
+    restore_error_handler: ErrorHandler = reraise_exception
 
     @staticmethod
     def default_worker_config(num_workers: int = 4, data_parallel_group: Any = None) -> WorkerConfig:
@@ -37,3 +48,53 @@ class WorkerConfig:
                 data_parallel_group=data_parallel_group,
             )
         return WorkerConfig(rank=0, world_size=1, num_workers=num_workers, data_parallel_group=data_parallel_group)
+
+    def global_rank(self) -> int:
+        """This rank as a rank of the default group (``rank`` when there is no data-parallel group)."""
+        if self.data_parallel_group is None:
+            return self.rank
+        return torch_dist.get_global_rank(self.data_parallel_group, self.rank)
+
+    def __eq__(self, other: object) -> bool:
+        """Energon compares where a config sits only (rank, world size, workers)."""
+        if not isinstance(other, WorkerConfig):
+            return NotImplemented
+        return (self.rank, self.world_size, self.num_workers) == (other.rank, other.world_size, other.num_workers)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class FailedSample:
+    """What an Energon handler is given as the sample when datareel's loader reports a failure by key: an
+    object with the sample's ``__key__`` (its ``__sources__`` unknown: ``None``)."""
+
+    __slots__ = ("__key__", "__sources__")
+
+    def __init__(self, key: str):
+        self.__key__ = key
+        self.__sources__ = None
+
+    def __repr__(self) -> str:
+        return f"FailedSample(__key__={self.__key__!r})"
+
+
+class _Adapted:
+    """An Energon handler called the way datareel's loader calls its ``error_handler``: ``(exception, key)``."""
+
+    def __init__(self, handler: ErrorHandler):
+        self.handler = handler
+
+    def __call__(self, exc: Exception, key: Any) -> None:
+        sample = key if not isinstance(key, str) else FailedSample(key)
+        self.handler(exc, sample, getattr(sample, "__sources__", None))
+
+
+def datareel_error_handler(handler: ErrorHandler | None) -> Callable[[Exception, Any], None] | None:
+    """``handler`` (Energon's ``(exception, sample, sources)``) as datareel's ``Loader(error_handler=)``."""
+    if handler is None or isinstance(handler, _Adapted):
+        return handler
+    if not callable(handler):
+        from ..errors import OptionError
+
+        raise OptionError(f"error handler {handler!r} must be a function (exception, sample, sources) -> None")
+    return _Adapted(handler)
