@@ -54,6 +54,8 @@ def make_client(profile: str, retry: Retry) -> Any:
     config = copy.deepcopy(dict(found or {}))
     profiles = config["profiles"] = dict(config.get("profiles") or {})
     implicit = profile.startswith("_") and "-" in profile
+    if profile not in profiles and not implicit:
+        profiles.update({k: v for k, v in _rclone_profiles().items() if k not in profiles})
     if profile not in profiles:
         if not implicit:  # a profile only MSC knows where to find (rclone's configuration): MSC's defaults
             log.warning("MSC makes profile %r itself: datareel's timeouts and retry count do not apply", profile)
@@ -70,6 +72,16 @@ def make_client(profile: str, retry: Retry) -> Any:
     made = StorageClientConfig.from_dict(config, profile=profile, skip_validation=implicit)
     made.retry_config = None  # one call per try, and none of MSC's "attempt failed" logging for each
     return msc.StorageClient(made)
+
+
+def _rclone_profiles() -> dict[str, Any]:
+    """The profiles MSC reads from rclone's configuration (``rclone.conf``), as MSC's own config dict has them."""
+    try:
+        from multistorageclient.rclone import read_rclone_config
+    except ImportError:
+        return {}
+    found, _ = read_rclone_config()
+    return copy.deepcopy(dict((found or {}).get("profiles") or {}))
 
 
 _STATUS = re.compile(r"status[ _]code:? *(\d{3})", re.IGNORECASE)

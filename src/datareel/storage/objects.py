@@ -4,6 +4,7 @@ object opened for reading (a local descriptor, or an object in a store)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 
@@ -13,6 +14,18 @@ class ObjectInfo:
 
     size: int
     etag: str | None = None
+
+
+@dataclass(frozen=True)
+class ObjectStat:
+    """What a store says about one object or prefix when asked directly (``RemoteFiles.stat``): its key in
+    the store, size, last change, ETag, and ``type`` ``"file"`` or ``"directory"``."""
+
+    key: str
+    content_length: int
+    last_modified: datetime | None
+    etag: str | None
+    type: str = "file"
 
 
 class Opened(Protocol):

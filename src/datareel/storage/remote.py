@@ -32,7 +32,7 @@ from .base import StoreFiles
 from .msc import _BOTOCORE_PROVIDERS as _BOTOCORE_PROVIDERS
 from .msc import _msc, _profile_and_path, _transient, make_client
 from .msc import _status as _status
-from .objects import ObjectInfo
+from .objects import ObjectInfo, ObjectStat
 from .retry import ENV_ATTEMPTS as ENV_ATTEMPTS
 from .retry import ENV_DEADLINE as ENV_DEADLINE
 from .retry import ENV_TIMEOUT as ENV_TIMEOUT
@@ -148,6 +148,18 @@ class RemoteFiles(StoreFiles):
         etag = getattr(meta, "etag", None)
         return ObjectInfo(int(meta.content_length), str(etag) if etag else None)
 
+    def stat(self, path: str) -> ObjectStat:
+        """The store's own answer on ``path`` (an object or a prefix), last change included; asked anew each time."""
+        meta = self._call(path, "reading its metadata", lambda client, key: client.info(key))
+        etag = getattr(meta, "etag", None)
+        return ObjectStat(
+            key=str(meta.key),
+            content_length=int(meta.content_length or 0),
+            last_modified=getattr(meta, "last_modified", None),
+            etag=str(etag) if etag else None,
+            type=str(getattr(meta, "type", "file") or "file"),
+        )
+
     def exists(self, path: str) -> bool:
         try:
             self.info(path)
@@ -232,6 +244,10 @@ class RemoteFiles(StoreFiles):
     def download(self, path: str, target: str) -> None:
         """Copy the object ``path`` to the local file ``target`` (streamed, not held in memory)."""
         self._call(path, "downloading it", lambda client, key: client.download_file(key, target), deadline=False)
+
+    def upload(self, source: str, path: str) -> None:
+        """Copy the local file ``source`` to the object ``path`` (streamed, not held in memory)."""
+        self._call(path, "uploading it", lambda client, key: client.upload_file(key, source), deadline=False)
 
 
 def read_prefetched(fetched: dict[tuple[str, int, int], bytes], url: str, start: int, stop: int) -> bytes:
