@@ -194,8 +194,9 @@ def test_documented_shapes_parse(world):
     [
         ({"join": [{"path": "coco"}, {"path": "ocr"}]}, "'join'"),
         ({"path": "coco", "aux": {"x": "filesystem://y"}}, "'aux'"),
-        ({"path": "coco", "shuffle_over_epochs_multiplier": 2}, "shuffle_over_epochs_multiplier=2 is not supported"),
-        ({"path": "coco", "shuffle_over_epochs_multiplier": -1}, "shuffle_over_epochs_multiplier=-1 is not supported"),
+        ({"path": "coco", "shuffle_over_epochs_multiplier": 0}, "shuffle_over_epochs_multiplier=0 must be None"),
+        ({"path": "coco", "shuffle_over_epochs_multiplier": 2.5}, "shuffle_over_epochs_multiplier=2.5 must be None"),
+        ({"path": "coco", "shuffle_over_epochs_multiplier": -2}, "shuffle_over_epochs_multiplier=-2 must be None"),
         ({"path": "coco", "sample_weight": 3}, "unknown key 'sample_weight'"),
         (
             {"blend": [{"weight": 1, "path": "coco", "repetitions": 2}]},
@@ -210,6 +211,59 @@ def test_unsupported_or_invalid_keys_are_refused_by_name(world, node, match):
     mds = write(world / "bad.yaml", {"train": node})
     with pytest.raises(DatareelError, match=match):
         datareel.open_dataset(mds)
+
+
+@pytest.mark.parametrize("own,outer,combined", [(2, 1, 2), (3, 2, 6), (-1, 1, -1), (2, -1, -1), (None, 3, None)])
+def test_shuffle_over_epochs_multiplier_multiplies_down_the_tree(world, own, outer, combined):
+    # Energon's rule: None (no shuffle) wins, then -1 (with replacement), else the product
+    mds = write(
+        world / "over.yaml",
+        {"train": {"blend": [{"path": "ocr", "shuffle_over_epochs_multiplier": own}, {"path": "laion"}]}},
+    )
+    blend = datareel.open_dataset(mds, shuffle_over_epochs_multiplier=outer)
+    ocr, laion = blend.children
+    assert isinstance(ocr, SourceView)
+    assert (ocr.shuffle, ocr.over_epochs) == ((False, 1) if combined is None else (None, combined))
+    assert getattr(laion, "over_epochs", 1) == outer
+
+
+def test_shuffle_over_two_epochs_reads_each_sample_twice_per_two_epochs(world):
+    mds = write(world / "over2.yaml", {"train": {"path": "ocr", "shuffle_over_epochs_multiplier": 2}})
+    loader = datareel.Loader(datareel.open_dataset(mds), global_batch_size=120, micro_batch_size=120, seed=3)
+    it = iter(loader)
+    keys = [k for _ in range(4) for k in next(it)["__key__"]]  # two blocks of 2 epochs
+    for block in (keys[:240], keys[240:]):
+        assert set(Counter(block).values()) == {2} and len(set(block)) == 120
+    assert keys[:240] != keys[240:]
+    first = Counter(keys[:120])
+    assert max(first.values()) == 2  # a sample may come back before all were seen once (not per-epoch)
+
+
+def test_legacy_v1_without_class_and_its_subflavor(world):
+    # Energon's default type is the legacy Metadataset; its 'subflavor' is subflavors.__subflavor__
+    path = world / "noclass.yaml"
+    path.write_text(
+        yaml.safe_dump({"splits": {"train": {"datasets": [{"path": "ocr", "subflavor": "x", "weight": 2}]}}})
+    )
+    blend = datareel.open_dataset(path)
+    assert isinstance(blend, Mix) and blend.weights == (2.0,)
+    assert blend.children[0].read(0)["__subflavors__"]["__subflavor__"] == "x"
+    v2 = world / "noclass-v2.yaml"
+    v2.write_text(yaml.safe_dump({"splits": {"train": {"blend": [{"path": "ocr"}]}}}))
+    with pytest.raises(DatareelError, match="without __class__ is Energon's legacy Metadataset"):
+        datareel.open_dataset(v2)
+
+
+def test_nested_val_split_in_a_train_blend_mixes(world):
+    # Energon blends what a train split includes, whatever split_part it names (training mode, not the name)
+    inner = write(
+        world / "inner.yaml",
+        {"train": {"path": "ocr"}, "val": {"blend": [{"path": "coco"}, {"path": "ocr", "split_part": "train"}]}},
+    )
+    outer = write(world / "outer.yaml", {"train": {"blend": [{"weight": 4, "path": inner.name, "split_part": "val"}]}})
+    blend = datareel.open_dataset(outer)
+    assert isinstance(blend, Mix) and isinstance(blend.children[0], Mix)
+    assert isinstance(datareel.open_dataset(inner, split="val"), Concat)
 
 
 def test_missing_split_and_legacy_v1(world):

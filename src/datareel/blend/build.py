@@ -14,7 +14,13 @@ from .tree import MAX_DENOMINATOR, Blend, Concat, EpochizedMix, Mix, length_of
 def build_plan(dataset: Source | Blend, *, seed: int, shuffle: bool) -> tuple[ReelPlan, list[Source]]:
     """The reel plan of a dataset tree and its leaves (leaf id = index in the list)."""
     if isinstance(dataset, Source):
-        plan = ReelPlan.single(size=len(dataset), name=dataset.name, seed=seed, shuffle=_shuffles(dataset, shuffle))
+        plan = ReelPlan.single(
+            size=len(dataset),
+            name=dataset.name,
+            seed=seed,
+            shuffle=_shuffles(dataset, shuffle),
+            epochs=_epochs(dataset),
+        )
         return plan, [dataset]
     leaves: list[Source] = []
     root = _node(dataset, seed, shuffle, leaves, "0")
@@ -26,6 +32,11 @@ def _shuffles(source: Source, default: bool) -> bool:
     return default if own is None else bool(own)
 
 
+def _epochs(source: Source) -> int:
+    """Epochs a source shuffles over at once (``shuffle_over_epochs_multiplier``; 1: each epoch its own)."""
+    return int(getattr(source, "over_epochs", 1))
+
+
 def _node(ds: Source | Blend, seed: int, shuffle: bool, leaves: list[Source], path: str) -> Node:
     if isinstance(ds, Source):
         leaves.append(ds)
@@ -35,6 +46,7 @@ def _node(ds: Source | Blend, seed: int, shuffle: bool, leaves: list[Source], pa
             key=name_key(f"{path}:{ds.name}"),
             seed=seed,
             shuffle=_shuffles(ds, shuffle),
+            epochs=_epochs(ds),
         )
     nodes = [_node(c, seed, shuffle, leaves, f"{path}.{i}") for i, c in enumerate(ds.children)]
     if isinstance(ds, Concat):

@@ -1,15 +1,17 @@
 """Energon metadataset YAML (v2, and the legacy v1 list form) -> a datareel blend.
 
-Supported: ``blend`` with ``weight``; ``blend_epochized`` with ``repetitions``;
-nested metadatasets; ``path`` relative to the YAML (a prepared directory, a
-``.jsonl`` or another metadataset); ``split_part``; ``subflavors`` (outer ones
-override inner ones); ``subset: {range: [a, b]}`` with percentages, integers
-and ``end`` (absolute ranges only at datasets, applied first; percentages
-compose); ``shuffle_over_epochs_multiplier`` 1 and ``null``; ``dataset_config``
-and ``split_config``.  Val/test splits concatenate their datasets (weights and
-repetitions are ignored there, as in Energon).  Anything else — ``join``,
-``aux``, other multipliers, unknown keys — is refused with an error naming the
-key: never silently ignored.
+Supported: ``blend`` with ``weight``; ``blend_epochized`` with ``repetitions`` (``r · len`` rounded
+down, as Energon); nested metadatasets (read in the top split's mode: a train blend mixes what it
+includes, whatever ``split_part`` names); ``path`` relative to the YAML (a prepared directory, a
+``.jsonl`` or another metadataset); ``split_part``; ``subflavors`` (outer ones override inner
+ones) and the legacy v1 ``subflavor`` (``subflavors.__subflavor__``); ``subset: {range: [a, b]}``
+with percentages, integers and ``end`` (absolute ranges only at datasets, applied first;
+percentages compose); ``shuffle_over_epochs_multiplier`` (``null``, ``1``, ``k >= 2``, ``-1``;
+multiplied down the tree by Energon's rule, :mod:`datareel.plan.over_epochs`); ``dataset_config``
+and ``split_config``.  A file without ``__class__`` is Energon's default, the legacy
+``Metadataset``.  Val/test splits concatenate their datasets (weights and repetitions are ignored
+there, as in Energon).  Anything else — ``join``, ``aux``, unknown keys — is refused with an error
+naming the key: never silently ignored.
 
 Every mapping is checked key by key (:mod:`.metadataset_rules`: ``ROOT_KEYS``, ``DATASET_KEYS``,
 ``BLEND_KEYS``, ``weight`` only in a ``blend`` item and ``repetitions`` only
@@ -25,9 +27,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatasetError
+from ..errors import DatasetError, OptionError
 from ..formats import METADATASET, format_of
 from ..formats.metafiles import MAX_NODES, check_keys, close_names, load_file
+from ..plan.over_epochs import check_multiplier, combine
 from ..sources.base import Source
 from ..sources.view import SourceView
 from ..storage import join
@@ -40,18 +43,35 @@ from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
 
 
 class _Context:
-    """What flows down the tree: split, subflavors, shuffle multiplier, relative subsets."""
+    """What flows down the tree: split, subflavors, shuffle multiplier, relative subsets, and whether the
+    tree is read for training (blends mix) or not (they concatenate): the top split's mode, kept by a
+    nested metadataset whatever split it reads (as Energon's ``training`` flag)."""
 
-    def __init__(self, split: str, subflavors: dict, multiplier: Any, ranges: tuple):
+    def __init__(self, split: str, subflavors: dict, multiplier: Any, ranges: tuple, training: bool):
         self.split, self.subflavors, self.multiplier, self.ranges = split, subflavors, multiplier, ranges
+        self.training = training
 
 
 def load_metadataset(
-    path: str | Path, *, split: str = "train", image_decode: str | None = "torchrgb", decode: bool | str = True
+    path: str | Path,
+    *,
+    split: str = "train",
+    image_decode: str | None = "torchrgb",
+    decode: bool | str = True,
+    shuffle_over_epochs_multiplier: int | None = 1,
+    training: bool | None = None,
 ) -> Source | Blend:
-    """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc)."""
+    """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc);
+    ``shuffle_over_epochs_multiplier`` multiplies each dataset's own (Energon's rule,
+    :func:`datareel.plan.over_epochs.combine`); ``training`` (default: ``split == "train"``) mixes
+    blends by weight or repetitions, else concatenates them (also in the metadatasets it includes)."""
+    try:
+        multiplier = check_multiplier(shuffle_over_epochs_multiplier)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
     builder = _Builder(image_decode=image_decode, decode=decode)
-    dataset = builder.metadataset(as_path(path), _Context(split, {}, 1, ()), stack=())
+    context = _Context(split, {}, multiplier, (), split == "train" if training is None else bool(training))
+    dataset = builder.metadataset(as_path(path), context, stack=())
     return dataset
 
 
@@ -84,7 +104,7 @@ class _Builder:
                 f"{path}: __module__={module!r:.80} is not megatron.energon; datareel reads Energon's metadatasets "
                 f"only (it never imports a module a metadataset names): write __module__: megatron.energon"
             )
-        cls = config.get("__class__")
+        cls = config.get("__class__", "Metadataset")  # Energon's default type: the legacy Metadataset
         splits = config.get("splits")
         if cls not in ("MetadatasetV2", "Metadataset") or not isinstance(splits, dict):
             raise DatasetError(
@@ -96,9 +116,17 @@ class _Builder:
         node = splits[split]
         if cls == "Metadataset":  # legacy v1: {datasets: [{weight, path, ...}]}
             if not isinstance(node, dict) or not isinstance(node.get("datasets"), list):
-                raise DatasetError(f"{path}: legacy split {split!r} needs a 'datasets' list")
+                raise DatasetError(
+                    f"{path}: legacy split {split!r} needs a 'datasets' list"
+                    + (
+                        ""
+                        if "__class__" in config
+                        else " (a metadataset without __class__ is Energon's legacy "
+                        "Metadataset; write __class__: MetadatasetV2 for blend, blend_epochized and join)"
+                    )
+                )
             check_keys(node, ("datasets",), f"{path}: splits.{split}", "a legacy (Metadataset) split")
-            node = {"blend": node["datasets"]}
+            node = {"blend": [_legacy_entry(item) for item in node["datasets"]]}
         return node
 
     def count(self, path: Path, split: str, stack: tuple[Path, ...], memo: dict[tuple[Path, str], int]) -> int:
@@ -163,13 +191,13 @@ class _Builder:
         children = [
             self.node(item, yaml_path, ctx, stack, f"{where}.{kind}[{i}]", kind) for i, item in enumerate(items)
         ]
-        if ctx.split != "train":
+        if not ctx.training:
             return concat(children)
         if kind == "blend":
             weights = [entry_number(item, "weight", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
             return mix(list(zip(children, weights)))
         reps = [entry_number(item, "repetitions", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
-        return mix_epochized(list(zip(children, reps)))
+        return mix_epochized(list(zip(children, reps)), rounding="energon")  # Energon rounds r·n down
 
     def narrow(self, node: dict, yaml_path: Path, ctx: _Context, where: str) -> _Context:
         """Apply a node's subflavors, shuffle multiplier and (relative) subset to the context."""
@@ -178,18 +206,16 @@ class _Builder:
             raise DatasetError(f"{yaml_path}: {where}.subflavors must be a mapping")
         multiplier = ctx.multiplier
         if "shuffle_over_epochs_multiplier" in node:
-            value = node["shuffle_over_epochs_multiplier"]
-            if value not in (1, None):
-                raise DatasetError(
-                    f"{yaml_path}: {where}.shuffle_over_epochs_multiplier={value!r} is not supported "
-                    f"(datareel supports 1: shuffle each epoch, and null: no shuffle)"
-                )
-            multiplier = None if value is None or multiplier is None else 1
+            try:
+                own = check_multiplier(node["shuffle_over_epochs_multiplier"])
+            except ValueError as exc:
+                raise DatasetError(f"{yaml_path}: {where}.{exc}") from None
+            multiplier = combine(multiplier, own)
         ranges = ctx.ranges
         if "subset" in node:
             ranges = (parse_subset(node["subset"], yaml_path, where, leaf="path" in node),) + ranges
         # outer subflavors override inner ones: keep the outer values when merging later
-        return _Context(ctx.split, {**subflavors, **ctx.subflavors}, multiplier, ranges)
+        return _Context(ctx.split, {**subflavors, **ctx.subflavors}, multiplier, ranges, ctx.training)
 
     def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
         for key in ("path", "split_part", "split_config", "dataset_config"):
@@ -210,7 +236,7 @@ class _Builder:
                     f"{entry}: metadataset {target} does not exist{close_names(target)} (paths are relative to the "
                     f"directory of {yaml_path.name}); fix the path"
                 )
-            inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges)
+            inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges, ctx.training)
             return self.metadataset(target, inner, stack)
         try:
             source = kind.open(
@@ -233,12 +259,25 @@ class _Builder:
         name = self.unique(f"{node['path']}/{split}" if kind.splits else str(node["path"]))
         if (start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name:
             return source
-        return SourceView(source, start=start, stop=stop, shuffle=None if ctx.multiplier == 1 else False, name=name)
+        shuffle, epochs = (False, 1) if ctx.multiplier is None else (None, ctx.multiplier)
+        return SourceView(source, start=start, stop=stop, shuffle=shuffle, name=name, over_epochs=epochs)
 
     def unique(self, name: str) -> str:
         count = self.names.get(name, 0) + 1
         self.names[name] = count
         return name if count == 1 else f"{name}#{count}"
+
+
+def _legacy_entry(item: Any) -> Any:
+    """A legacy (v1) dataset entry with its ``subflavor: X`` as ``subflavors: {__subflavor__: X}`` (Energon's
+    v1 reading: an ``__subflavor__`` already in ``subflavors`` wins)."""
+    if not isinstance(item, dict) or "subflavor" not in item:
+        return item
+    out = {k: v for k, v in item.items() if k != "subflavor"}
+    subflavors = out.get("subflavors")
+    if subflavors is None or isinstance(subflavors, dict):
+        out["subflavors"] = {"__subflavor__": item["subflavor"], **(subflavors or {})}
+    return out
 
 
 def _in_entry(exc: DatasetError, entry: str) -> DatasetError:

@@ -26,7 +26,8 @@ REFUSED = {
     "joiner": _JOIN,
     "nonmatch": _JOIN,
     "aux": "auxiliary data sources are not supported by datareel; read the extra files in the task encoder",
-    "subflavor": "the legacy single subflavor is not read by datareel; write subflavors: {__subflavor__: VALUE}",
+    "subflavor": "the single subflavor is read in legacy (Metadataset) files only, as Energon; write "
+    "subflavors: {__subflavor__: VALUE}",
     "sample_loader": "Python sample loaders run code from the dataset, which datareel does not do",
     "__module__": "a class named inside a split is not read by datareel (it never imports what a metadataset "
     "names); remove __module__/__class__: an entry's keys (path, blend, blend_epochized) say what it is",

@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..formats import format_of
+from ..errors import OptionError
+from ..formats import METADATASET, format_of
+from ..plan.over_epochs import check_multiplier
 from ..sources.base import Source
+from ..sources.view import SourceView
 from ..storage.path import as_path
 
 if TYPE_CHECKING:
@@ -24,6 +27,7 @@ def open_dataset(
     name: str | None = None,
     split_config: str = "split.yaml",
     dataset_config: str = "dataset.yaml",
+    shuffle_over_epochs_multiplier: int | None = 1,
 ) -> Source | Blend:
     """Open a prepared dataset.
 
@@ -44,8 +48,14 @@ def open_dataset(
         >>> ds.read(0)["__key__"]                                                           # doctest: +SKIP
         '000000000009'
     """
+    try:
+        multiplier = check_multiplier(shuffle_over_epochs_multiplier)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
     p = as_path(path)
-    return format_of(p).open(  # the first of datareel.formats.FORMATS that detects p
+    found = format_of(p)  # the first of datareel.formats.FORMATS that detects p
+    extra = {"shuffle_over_epochs_multiplier": multiplier} if found is METADATASET and multiplier != 1 else {}
+    dataset = found.open(
         p,
         split=split,
         image_decode=image_decode,
@@ -54,4 +64,14 @@ def open_dataset(
         name=name,
         split_config=split_config,
         dataset_config=dataset_config,
+        **extra,
     )
+    if multiplier == 1 or extra:
+        return dataset
+    if not isinstance(dataset, Source):
+        raise OptionError(
+            f"shuffle_over_epochs_multiplier={multiplier!r}: {p} opens as a blend ({found.name}) that does not "
+            f"take it; set it on its datasets"
+        )
+    shuffle, epochs = (False, 1) if multiplier is None else (None, multiplier)
+    return SourceView(dataset, shuffle=shuffle, over_epochs=epochs)

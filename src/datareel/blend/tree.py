@@ -124,15 +124,23 @@ class Mix(Blend):
 
 @dataclass(frozen=True, eq=False)
 class EpochizedMix(Blend):
-    """A finite meta-epoch holding exactly ``round(r_k · len_k)`` samples of child ``k``."""
+    """A finite meta-epoch holding exactly ``round(r_k · len_k)`` samples of child ``k`` (``rounding``:
+    :data:`ROUNDINGS`)."""
 
     children: tuple[Source | Blend, ...]
     repetitions: tuple[float, ...]
     counts: tuple[int, ...]
     name: str
+    rounding: str = "half_up"
 
     kind = "mix_epochized"
     param_name = "repetitions"
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        if self.rounding != "half_up" and self.counts != _counts(self.children, self.repetitions, "half_up"):
+            out["rounding"] = self.rounding  # only where it changes the counts: digests change with the order
+        return out
 
     def size_hint(self) -> int:
         return sum(self.counts)
@@ -174,25 +182,43 @@ def mix(items: Any, *, name: str | None = None) -> Mix:
     return Mix(children, weights, name or f"mix({','.join(c.name for c in children)})")
 
 
-def mix_epochized(items: Any, *, name: str | None = None) -> EpochizedMix:
+ROUNDINGS = ("half_up", "energon")
+"""How :func:`mix_epochized` makes whole samples of ``r · n``: ``"half_up"`` (datareel's, ``floor(r n + 1/2)``)
+or ``"energon"`` (Megatron-Energon's ``RepeatDataset``: ``floor(r) n + floor((r - floor(r)) n)``, rounding
+down; what a metadataset's ``blend_epochized`` uses)."""
+
+
+def _counts(children: Any, reps: tuple[float, ...], rounding: str) -> tuple[int, ...]:
+    sizes = [length_of(ds) for ds in children]
+    if rounding == "half_up":
+        return tuple(math.floor(r * n + 0.5) for n, r in zip(sizes, reps))
+    return tuple(math.floor(r) * n + math.floor((r - math.floor(r)) * n) for n, r in zip(sizes, reps))
+
+
+def mix_epochized(items: Any, *, name: str | None = None, rounding: str = "half_up") -> EpochizedMix:
     """Blend datasets by repetitions: a meta-epoch holds exactly ``round(r_k · len_k)`` samples of
-    child ``k`` (half-up rounding), interleaved with low discrepancy.
+    child ``k`` (``rounding``: half-up, or ``"energon"``: down, as Energon's; :data:`ROUNDINGS`),
+    interleaved with low discrepancy.
 
     Fractional repetitions take the next samples of the child's own reel: with
     ``r = 0.5`` two meta-epochs cover the child once.  With ``repeat=False`` the
     loader reads one meta-epoch; otherwise meta-epochs follow one another.
     """
+    if rounding not in ROUNDINGS:
+        raise OptionError(f"mix_epochized(rounding={rounding!r}): give one of {list(ROUNDINGS)}")
     items = _check_children(items, "mix_epochized", "repetitions")
     reps = tuple(_number(r, f"repetitions of {ds.name!r}") for ds, r in items)
-    counts = tuple(math.floor(r * length_of(ds) + 0.5) for (ds, _), r in zip(items, reps))
+    counts = _counts([ds for ds, _ in items], reps, rounding)
     zero = [ds.name for (ds, r), n in zip(items, counts) if n == 0]
     if zero:  # as mix refuses a zero weight: a child that is never read is a mistake, not a choice
         raise OptionError(
-            f"mix_epochized: children {zero} round to 0 samples per meta-epoch (repetitions × length < 0.5; "
-            f"counts {list(counts)}); raise their repetitions, or leave them out"
+            f"mix_epochized: children {zero} round to 0 samples per meta-epoch (repetitions × length below "
+            f"{'0.5' if rounding == 'half_up' else '1'}; counts {list(counts)}); raise their repetitions, or leave "
+            f"them out"
         )
     children = tuple(ds for ds, _ in items)
-    return EpochizedMix(children, reps, counts, name or f"mix_epochized({','.join(c.name for c in children)})")
+    label = name or f"mix_epochized({','.join(c.name for c in children)})"
+    return EpochizedMix(children, reps, counts, label, rounding)
 
 
 def concat(datasets: Any, *, name: str | None = None) -> Concat:

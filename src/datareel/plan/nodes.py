@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .epochs import LeafTable, source_indices
+from .over_epochs import over_epochs_indices, pass_length
 from .rng import name_key
 from .split import FAST_LIMIT, split, split_each
 
@@ -31,10 +32,19 @@ class LeafNode:
     key: int
     seed: int
     shuffle: bool
+    epochs: int = 1  # shuffled over this many epochs at once (-1: with replacement; see .over_epochs)
+
+    @property
+    def per_epoch(self) -> bool:
+        """Whether each epoch is its own permutation (or none): what :class:`LeafTable` resolves."""
+        return self.epochs == 1 or not self.shuffle
 
     def resolve(self, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """j: int64[k] -> (leaf ids int32[k], sample indices int64[k])."""
-        idx = source_indices(j, self.size, seed=self.seed, source_key=self.key, shuffle=self.shuffle)
+        if self.per_epoch:
+            idx = source_indices(j, self.size, seed=self.seed, source_key=self.key, shuffle=self.shuffle)
+        else:
+            idx = over_epochs_indices(j, self.size, seed=self.seed, source_key=self.key, epochs=self.epochs)
         return np.full(j.shape, self.leaf, dtype=np.int32), idx
 
 
@@ -94,7 +104,8 @@ class MixNode:
     Rows ``[0, s)`` of the tables are the splits: split ``i`` sends share ``a[i] / b[i]`` to row ``left[i]``,
     the rest to row ``right[i]`` (``turn = 2 (b - a)``). Row ``s + t`` is terminal ``t``: share 1/1 to itself,
     which leaves a counter as it is, so every position takes ``depth`` steps. Terminals are leaves (row
-    ``leaf_row[t]`` of ``leaves``) or other nodes (concats), resolved by their own ``resolve``.
+    ``leaf_row[t]`` of ``leaves``) or other nodes (concats, leaves shuffled over several epochs), resolved
+    by their own ``resolve``.
     """
 
     root: SplitNode
@@ -155,7 +166,7 @@ def compile_mix(root: SplitNode) -> SplitNode | MixNode:
     rows = [c if c >= 0 else s + ~c for pair in codes for c in pair]  # children as table rows
     a = [n.a for n, _ in splits] + [1] * len(terminals)
     b = [n.b for n, _ in splits] + [1] * len(terminals)
-    leaves = [t for t in terminals if isinstance(t, LeafNode)]
+    leaves = [t for t in terminals if isinstance(t, LeafNode) and t.per_epoch]  # others resolve themselves
     row_of = {id(t): r for r, t in enumerate(leaves)}
     return MixNode(
         root=root,
@@ -215,6 +226,8 @@ class ReelPlan:
         return self.root.resolve(np.asarray(positions, dtype=np.int64))
 
     @classmethod
-    def single(cls, *, size: int, name: str, seed: int, shuffle: bool) -> ReelPlan:
-        """The reel of one source: its epochs back to back."""
-        return cls(root=LeafNode(leaf=0, size=size, key=name_key(name), seed=seed, shuffle=shuffle), epoch_length=size)
+    def single(cls, *, size: int, name: str, seed: int, shuffle: bool, epochs: int = 1) -> ReelPlan:
+        """The reel of one source: its epochs back to back (a pass of a source shuffled over ``epochs``
+        epochs holds each sample ``epochs`` times, as Energon's; ``-1``: endless)."""
+        leaf = LeafNode(leaf=0, size=size, key=name_key(name), seed=seed, shuffle=shuffle, epochs=epochs)
+        return cls(root=leaf, epoch_length=size if leaf.per_epoch else pass_length(size, epochs))

@@ -24,13 +24,21 @@ def open_metadataset(
     split: str = "train",
     image_decode: str | None = "torchrgb",
     decode: bool | str = True,
+    shuffle_over_epochs_multiplier: int | None = 1,
     **ignored: Any,
 ) -> Any:
     """Split ``split`` of the metadataset at ``path`` as a blend. Its entries name their own splits, configs and
-    subflavors: ``subflavors``, ``name``, ``split_config`` and ``dataset_config`` do not apply (as ever)."""
+    subflavors: ``subflavors``, ``name``, ``split_config`` and ``dataset_config`` do not apply (as ever);
+    ``shuffle_over_epochs_multiplier`` multiplies each dataset's own."""
     from ...blend.metadataset import load_metadataset
 
-    return load_metadataset(as_path(path), split=split, image_decode=image_decode, decode=decode)
+    return load_metadataset(
+        as_path(path),
+        split=split,
+        image_decode=image_decode,
+        decode=decode,
+        shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
+    )
 
 
 def _info(path: Any) -> dict[str, Any]:
