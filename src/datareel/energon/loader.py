@@ -30,12 +30,15 @@ from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
 from ..reel import WindowedStage
 from ..sources.base import Source
+from .loader_restore import SampleRestorer
 from .passes import Epochize, Passes, local_share
 from .passes import Limit as LimitStream
 from .passes import Repeat as RepeatStream
 from .spec import DatasetSpec, Repeat, WorkerConfig
 from .states import batch_size_mismatch, one_state, state_to_adopt
 from .stream import LoaderStream, one_pass
+from .task_encoder.base import DefaultTaskEncoder
+from .task_encoder.position import stamp
 from .unbatched import Group, Unbatched
 from .val import ValPlan
 
@@ -64,11 +67,15 @@ class EnergonLoader:
         self.explicit_global = spec.global_batch_size is not None
         G = spec.global_batch_size if self.explicit_global else micro * config.world_size
         online = spec.packing_buffer_size is not None
-        encoder = Unbatched(spec.task_encoder, online=online) if spec.batch_size is None else spec.task_encoder
+        # Energon's default task encoder: typed samples batched into their own type, as Energon gives them
+        user = spec.task_encoder if spec.task_encoder is not None else DefaultTaskEncoder()
+        stamp(user, step_shape=(micro, micro * config.world_size), cache_pool=spec.cache_pool)
+        encoder = Unbatched(user, online=online) if spec.batch_size is None else user
         dataset = spec.dataset if spec.dataset is not None else spec.path
         self.spec, self.worker_config = spec, config
         self.loader: Loader | None = None
         self._val: ValPlan | None = None
+        self._restorer: SampleRestorer | None = None
         self._stream: LoaderStream | None = None
         on_error = "substitute" if spec.handler is not None else "raise"
         resolved = ResolvedEncoder(encoder, online=online)
@@ -115,6 +122,7 @@ class EnergonLoader:
                 stage=_stage(spec),
             )
             self._stream = LoaderStream(self.loader, self.loader.state_dict())  # passes start where it was built
+            self._restorer = SampleRestorer(self.loader, encoder, config.seed_offset, on_error, spec.handler)
             bases = [self._stream]  # datareel's order is the rank's, whatever its workers
         self._passes = Passes([self._wrapped(base, w, len(bases)) for w, base in enumerate(bases)])
         # with worker processes Energon keeps a pass left early and resumes it at the next iter()
@@ -147,6 +155,17 @@ class EnergonLoader:
         live = one_pass(weakref.ref(self), self._val, self._passes, token)
         self._live, self._live_token = (live if self._keep else None), token
         return live
+
+    def can_restore_sample(self) -> bool:
+        """Whether :meth:`restore_sample` can make a batch again from its key (:mod:`.loader_restore`)."""
+        return self._restorer is not None and self._restorer.plain
+
+    def restore_sample(self, restore_key: Any) -> Any:
+        """The batch (a ``batch_size=None`` loader: the sample) whose ``__restore_key__`` is ``restore_key``,
+        made again: the same samples, randomness and encoding (:mod:`.loader_restore`)."""
+        if self._restorer is None:
+            raise OptionError("restore_sample: a val loader in Energon's order keeps no reel positions to restore")
+        return self._restorer.restore(restore_key)
 
     def global_batches(self) -> Any:
         """datareel's :meth:`~datareel.Loader.global_batches` (one group of micro-batches per optimizer step)

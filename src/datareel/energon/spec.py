@@ -57,3 +57,4 @@ class DatasetSpec:
     wrappers: tuple[Limit | Repeat, ...] = ()
     val: bool = False  # from get_val_dataset(s): read in Energon's val order (datareel.energon.val)
     drop_last: bool = False  # get_val_dataset(batch_drop_last=True): each worker drops its partial batch
+    cache_pool: Any = None  # get_(savable_)loader(cache_pool=): the task encoder's ``self.cache``

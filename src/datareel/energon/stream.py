@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import BatchError
 from ..loader import Loader
+from .loader_restore import next_span, stamp_key, val_key
 from .passes import Passes
 from .unbatched import unwrap
 from .val import ValPlan
@@ -15,9 +16,10 @@ from .val import ValPlan
 class LoaderStream:
     """This rank's micro-batches of the datareel loader, as one worker's stream (:mod:`.passes`): a pass
     left early continues; a finite pass that ended starts again from ``start`` (where the loader was
-    built).  A ``next()`` that failed (a worker that died, ...) ended the datareel iterator, whose cursor
-    counts only batches handed out: the next pass makes a fresh one from that cursor (after a
-    :class:`~datareel.BatchError`, which counts as consumed, the iterator goes on)."""
+    built); each typed batch gets its restore key (:mod:`.loader_restore`).  A ``next()`` that failed (a
+    worker that died, ...) ended the datareel iterator, whose cursor counts only batches handed out: the
+    next pass makes a fresh one from that cursor (after a :class:`~datareel.BatchError`, which counts as
+    consumed, the iterator goes on)."""
 
     def __init__(self, loader: Loader, start: dict[str, Any]):
         self.loader, self.start = loader, start
@@ -28,6 +30,7 @@ class LoaderStream:
             if self.iterator is None:
                 self.iterator = iter(self.loader)
             try:
+                start, stop = next_span(self.loader)  # the positions of the batch that comes next
                 batch = next(self.iterator)
             except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
                 self.reset()
@@ -37,6 +40,7 @@ class LoaderStream:
             except BaseException:  # the iterator ended: the next pass continues from the loader's cursor
                 self.iterator = None
                 raise
+            stamp_key(batch, start, stop)  # restore_sample makes it again from them
             yield batch
 
     def reset(self) -> None:
@@ -58,7 +62,7 @@ def one_pass(owner: Any, val: ValPlan | None, passes: Passes, token: object) -> 
     try:
         if val is not None:
             for batch in val.iterate(passes):
-                yield unwrap(batch)
+                yield unwrap(val_key(batch))
         else:
             for _worker, batch in passes:
                 yield unwrap(batch)

@@ -3,6 +3,7 @@
 from either path switch by replacing ``megatron.energon`` with ``datareel.energon``."""
 
 from .base import (
+    AugmentTaskEncoder,
     Batch,
     DefaultTaskEncoder,
     TaskEncoder,
@@ -18,6 +19,7 @@ from .base import (
 from .cooking import Cooker, basic_sample_keys, cooker
 
 __all__ = [
+    "AugmentTaskEncoder",
     "Batch",
     "Cooker",
     "DefaultTaskEncoder",

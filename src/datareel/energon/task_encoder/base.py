@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from ...sources.typed import Sample, _Fields, edataclass
+from . import position
 from .cooking import Cooker
 
 log = logging.getLogger("datareel")
@@ -141,6 +142,21 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
     def select_samples_to_pack(self, samples: list[Any]) -> list[list[Any]]:
         raise NotImplementedError("select_samples_to_pack is only used with packing_buffer_size")
 
+    @property
+    def current_batch_index(self) -> int:
+        """This rank's micro-batch count at the sample or batch being encoded (:mod:`.position`)."""
+        return position.batch_index(self)
+
+    @property
+    def current_sample_index(self) -> int:
+        """This rank's sample count in ``encode_sample``, its batch count in ``batch`` / ``encode_batch``."""
+        return position.sample_index(self)
+
+    @property
+    def cache(self) -> Any:
+        """The ``cache_pool`` given to ``get_(savable_)loader`` (``None`` without one)."""
+        return getattr(self, "_datareel_cache_pool", None)
+
     def pack_selected_samples(self, samples: list[Any]) -> Any:
         raise NotImplementedError("pack_selected_samples is only used with packing")
 
@@ -199,6 +215,31 @@ class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_
         if target is None or target == getattr(self, "_raw_batch_type", None):
             return batch
         return _convert(batch, target)
+
+
+class AugmentTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
+    """Energon's ``AugmentTaskEncoder``: every call forwarded to ``task_encoder``; subclass it and override
+    the hooks to change (call ``super()`` to reach the wrapped encoder's)."""
+
+    def __init__(self, task_encoder: Any):
+        self._task_encoder = task_encoder
+
+    @property
+    def decoder(self) -> Any:
+        return self._task_encoder.decoder  # AttributeError when the wrapped one has none
+
+    @property
+    def cookers(self) -> Sequence[Cooker[Any]]:  # type: ignore[override]
+        return getattr(self._task_encoder, "cookers", ())
+
+    def encode_sample(self, sample: Any) -> Any:
+        return self._task_encoder.encode_sample(sample)
+
+    def batch(self, samples: list[Any]) -> Any:
+        return self._task_encoder.batch(samples)
+
+    def encode_batch(self, batch: Any) -> Any:
+        return self._task_encoder.encode_batch(batch)
 
 
 def _convert(value: Any, target: type[Any]) -> Any:

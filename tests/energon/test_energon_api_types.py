@@ -1,0 +1,151 @@
+"""The default task encoder through the facade, beside megatron.energon 7.4.1: typed samples and batches.
+
+Energon's ``get_train_dataset`` / ``get_val_dataset`` default to ``DefaultTaskEncoder()``: a
+``CaptioningSample`` dataset yields ``CaptioningSample`` batches (``image`` stacked, ``caption`` and the
+``__key__`` / ``__subflavors__`` fields listed, ``__restore_key__`` a tuple), and with
+``batch_size=None`` the samples themselves.  Each case builds the loader with both libraries on one
+prepared dataset and compares the type's name, its fields, each field's type and shape, and ``len``.
+Also: ``restore_sample`` makes a handed-out batch again, and ``current_batch_index`` /
+``current_sample_index`` count as Energon's do on a rank without worker processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from datareel import energon as den
+from datareel.cli.prepare import prepare_webdataset
+from datareel.errors import OptionError
+from wds_helpers import write_shard
+
+me = pytest.importorskip("megatron.energon")
+SAMPLES = 23
+
+
+@pytest.fixture(scope="module")
+def captions(tmp_path_factory):
+    """23 CaptioningSamples (an 8×6 png and a txt caption) in 2 shards."""
+    root = tmp_path_factory.mktemp("captions")
+    rng = np.random.default_rng(3)
+    for s, (first, stop) in enumerate(((0, 13), (13, SAMPLES))):
+        samples = []
+        for i in range(first, stop):
+            png = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)).save(png, format="png")
+            samples.append((f"c{i:03d}", {"png": png.getvalue(), "txt": f"caption {i}".encode()}))
+        write_shard(root / f"part-{s}.tar", samples)
+    fields = {"image": "png", "caption": "txt"}
+    prepare_webdataset(root, sample_type="CaptioningSample", field_map=fields, progress=False)
+    return root
+
+
+def _config(lib, rank=0, world_size=1):
+    return lib.WorkerConfig(rank=rank, world_size=world_size, num_workers=0)
+
+
+def _train(lib, root, batch_size, **kw):
+    ds = lib.get_train_dataset(
+        str(root),
+        worker_config=_config(lib),
+        batch_size=batch_size,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        **kw,
+    )
+    return _loader(lib, ds)
+
+
+def _loader(lib, ds):
+    return lib.get_loader(ds, watchdog_timeout_seconds=None) if lib is me else lib.get_loader(ds)
+
+
+def _shape(value):
+    """What the comparison looks at: the type's name, a tensor's shape, a list's element types."""
+    if hasattr(value, "shape"):
+        return type(value).__name__, tuple(value.shape)
+    if isinstance(value, list):
+        return "list", len(value), sorted({type(v).__name__ for v in value})
+    return type(value).__name__
+
+
+def _describe(item):
+    fields = {f.name: _shape(getattr(item, f.name)) for f in dataclasses.fields(item)}
+    fields.pop("__sources__")  # Energon's SourceInfo records (another module's)
+    return type(item).__name__, fields
+
+
+@pytest.mark.parametrize("batch_size", [4, None])
+def test_default_encoder_yields_energons_typed_batches(captions, batch_size):
+    ours, theirs = _train(den, captions, batch_size), _train(me, captions, batch_size)
+    a, b = next(iter(ours)), next(iter(theirs))
+    assert _describe(a) == _describe(b)
+    assert isinstance(a, den.CaptioningSample) and isinstance(a.__restore_key__, tuple)
+    assert len(ours) == len(theirs)
+
+
+def test_default_encoder_in_val_order_is_energons(captions):
+    def val(lib):
+        ds = lib.get_val_dataset(str(captions), split_part="train", worker_config=_config(lib), batch_size=5)
+        return _loader(lib, ds)
+
+    ours, theirs = list(val(den)), list(val(me))
+    assert [_describe(x) for x in ours] == [_describe(x) for x in theirs]
+    assert [x.__key__ for x in ours] == [x.__key__ for x in theirs]
+
+
+class _Indexed(den.DefaultTaskEncoder):
+    def encode_sample(self, sample):
+        return den.TextSample.derive_from(
+            sample, text=f"{sample.caption}|{self.current_batch_index}|{self.current_sample_index}"
+        )
+
+    def encode_batch(self, batch):
+        return dataclasses.replace(batch, text=[*batch.text, f"batch {self.current_batch_index}"])
+
+
+def _energon_indexed():
+    class Indexed(me.DefaultTaskEncoder):
+        def encode_sample(self, sample):
+            return me.TextSample.derive_from(
+                sample, text=f"{sample.caption}|{self.current_batch_index}|{self.current_sample_index}"
+            )
+
+        def encode_batch(self, batch):
+            return dataclasses.replace(batch, text=[*batch.text, f"batch {self.current_batch_index}"])
+
+    return Indexed()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_current_batch_and_sample_index_count_as_energons(captions, rank):
+    def indices(lib, encoder):
+        ds = lib.get_train_dataset(
+            str(captions),
+            worker_config=_config(lib, rank, 2),
+            batch_size=3,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            task_encoder=encoder,
+        )
+        out = []
+        for _, batch in zip(range(5), _loader(lib, ds)):
+            out.append([t.split("|", 1)[-1] for t in batch.text])
+        return out
+
+    assert indices(den, _Indexed()) == indices(me, _energon_indexed())
+
+
+def test_restore_sample_makes_the_batch_again(captions):
+    loader = _train(den, captions, 3, task_encoder=_Indexed())
+    assert loader.can_restore_sample()
+    batches = [b for _, b in zip(range(9), loader)]  # past the first epoch's end
+    for batch in batches:
+        again = loader.restore_sample(batch.__restore_key__)
+        assert again.__key__ == batch.__key__ and again.text == batch.text
+    with pytest.raises(OptionError, match="restore key"):
+        loader.restore_sample(("Webdataset", "part-0.tar", 0))
