@@ -7,7 +7,8 @@ encoders dispatch with ``isinstance``.  Every typed sample carries
 - ``__key__``: the sample's key in its shard;
 - ``__restore_key__``: ``("Webdataset", shard, index in shard)``: enough to read it again;
 - ``__subflavors__``: the dataset's subflavors (``{}`` when it has none);
-- ``__sources__``: ``None`` (Energon's source-info records are not kept).
+- ``__sources__``: the :class:`~datareel.sources.source_info.SourceInfo` records of the reads that made
+  it where the source keeps them (crude samples of a leaf with ``aux:``, and what cookers read), else ``None``.
 
 The classes are slotted, keyword-only dataclasses, like Energon's; subclass them
 with ``@dataclasses.dataclass`` to add fields.  ``sample["caption"]`` reads a
