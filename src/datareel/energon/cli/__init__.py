@@ -1,0 +1,1 @@
+"""Energon's ``megatron.energon.cli``: the ``energon`` command group (:mod:`.main`)."""
