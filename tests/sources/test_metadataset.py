@@ -193,7 +193,12 @@ def test_documented_shapes_parse(world):
     "node,match",
     [
         ({"join": [{"path": "coco"}, {"path": "ocr"}]}, "'join'"),
-        ({"path": "coco", "aux": {"x": "filesystem://y"}}, "'aux'"),
+        (
+            {"path": "coco", "aux": {"primary": "filesystem://y"}},
+            r"splits\.train\.path='coco': aux names \['primary'\]",
+        ),
+        ({"path": "coco", "aux": {"x": "nowhere"}}, "aux dataset 'nowhere'"),
+        ({"blend": [{"path": "coco"}], "aux": {"x": "filesystem://."}}, "is a blend: \\['aux'\\]"),
         ({"path": "coco", "shuffle_over_epochs_multiplier": 0}, "shuffle_over_epochs_multiplier=0 must be None"),
         ({"path": "coco", "shuffle_over_epochs_multiplier": 2.5}, "shuffle_over_epochs_multiplier=2.5 must be None"),
         ({"path": "coco", "shuffle_over_epochs_multiplier": -2}, "shuffle_over_epochs_multiplier=-2 must be None"),
@@ -264,6 +269,16 @@ def test_nested_val_split_in_a_train_blend_mixes(world):
     blend = datareel.open_dataset(outer)
     assert isinstance(blend, Mix) and isinstance(blend.children[0], Mix)
     assert isinstance(datareel.open_dataset(inner, split="val"), Concat)
+
+
+def test_aux_of_a_leaf_is_attached(world):
+    mds = write(world / "aux.yaml", {"train": {"path": "ocr", "aux": {"files": "filesystem://.", "more": "coco"}}})
+    source = datareel.open_dataset(mds)
+    sample = source.read(0)
+    assert sorted(sample["__aux__"].stores) == ["files", "more"] and sample["__key__"] == "ocr-00000"
+    nested = write(world / "aux-nested.yaml", {"train": {"path": "aux.yaml", "aux": {"x": "filesystem://."}}})
+    with pytest.raises(DatareelError, match="aux belongs on a dataset entry"):
+        datareel.open_dataset(nested)
 
 
 def test_missing_split_and_legacy_v1(world):

@@ -1,17 +1,17 @@
 """Energon metadataset YAML (v2, and the legacy v1 list form) -> a datareel blend.
 
-Supported: ``blend`` with ``weight``; ``blend_epochized`` with ``repetitions`` (``r · len`` rounded
-down, as Energon); nested metadatasets (read in the top split's mode: a train blend mixes what it
-includes, whatever ``split_part`` names); ``path`` relative to the YAML (a prepared directory, a
-``.jsonl`` or another metadataset); ``split_part``; ``subflavors`` (outer ones override inner
-ones) and the legacy v1 ``subflavor`` (``subflavors.__subflavor__``); ``subset: {range: [a, b]}``
-with percentages, integers and ``end`` (absolute ranges only at datasets, applied first;
-percentages compose); ``shuffle_over_epochs_multiplier`` (``null``, ``1``, ``k >= 2``, ``-1``;
-multiplied down the tree by Energon's rule, :mod:`datareel.plan.over_epochs`); ``dataset_config``
-and ``split_config``.  A file without ``__class__`` is Energon's default, the legacy
-``Metadataset``.  Val/test splits concatenate their datasets (weights and repetitions are ignored
-there, as in Energon).  Anything else — ``join``, ``aux``, unknown keys — is refused with an error
-naming the key: never silently ignored.
+Supported: ``blend`` with ``weight``; ``blend_epochized`` with ``repetitions`` (``r · len``
+rounded down, as Energon); nested metadatasets (read in the top split's mode: a train blend mixes
+what it includes, whatever ``split_part`` names); ``path`` relative to the YAML (a prepared
+directory, a ``.jsonl`` or another metadataset); ``split_part``; ``subflavors`` (outer ones
+override inner ones) and the legacy v1 ``subflavor`` (``subflavors.__subflavor__``); ``aux``
+(auxiliary datasets of a leaf, :mod:`.aux`); ``subset: {range: [a, b]}`` with percentages,
+integers and ``end`` (absolute ranges only at datasets, applied first; percentages compose);
+``shuffle_over_epochs_multiplier`` (``null``, ``1``, ``k >= 2``, ``-1``; multiplied down the tree
+by Energon's rule, :mod:`datareel.plan.over_epochs`); ``dataset_config`` and ``split_config``.
+A file without ``__class__`` is Energon's default, the legacy ``Metadataset``.  Val/test splits
+concatenate their datasets (weights and repetitions are ignored there, as in Energon).  Anything
+else — ``join``, unknown keys — is refused with an error naming the key: never silently ignored.
 
 Every mapping is checked key by key (:mod:`.metadataset_rules`: ``ROOT_KEYS``, ``DATASET_KEYS``,
 ``BLEND_KEYS``, ``weight`` only in a ``blend`` item and ``repetitions`` only
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatasetError, OptionError
+from ..errors import DatareelError, DatasetError, OptionError
 from ..formats import METADATASET, format_of
 from ..formats.metafiles import MAX_NODES, check_keys, close_names, load_file
 from ..plan.over_epochs import check_multiplier, combine
@@ -35,6 +35,7 @@ from ..sources.base import Source
 from ..sources.view import SourceView
 from ..storage import join
 from ..storage.path import as_path
+from .aux import attach_aux
 from .metadataset_rules import BLEND_KEYS as BLEND_KEYS
 from .metadataset_rules import DATASET_KEYS as DATASET_KEYS
 from .metadataset_rules import REFUSED as REFUSED
@@ -227,6 +228,11 @@ class _Builder:
         entry = f"{yaml_path}: {where}.path={node['path']!r}"
         kind = format_of(target)  # the first of datareel.formats.FORMATS that detects it
         if kind is METADATASET:
+            if "aux" in node:
+                raise DatasetError(
+                    f"{entry}: aux belongs on a dataset entry, not on a metadataset it includes (as Energon); move it "
+                    f"into that metadataset's entries"
+                )
             try:
                 found = target.is_file()
             except OSError as exc:
@@ -257,10 +263,13 @@ class _Builder:
         for rng in ctx.ranges:  # innermost (the dataset's own) first
             start, stop = apply_range(rng, start, stop, yaml_path, where)
         name = self.unique(f"{node['path']}/{split}" if kind.splits else str(node["path"]))
-        if (start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name:
-            return source
-        shuffle, epochs = (False, 1) if ctx.multiplier is None else (None, ctx.multiplier)
-        return SourceView(source, start=start, stop=stop, shuffle=shuffle, name=name, over_epochs=epochs)
+        if not ((start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name):
+            shuffle, epochs = (False, 1) if ctx.multiplier is None else (None, ctx.multiplier)
+            source = SourceView(source, start=start, stop=stop, shuffle=shuffle, name=name, over_epochs=epochs)
+        try:
+            return attach_aux(source, node.get("aux"), yaml_path.parent)  # the leaf itself without aux
+        except DatareelError as exc:
+            raise _in_entry(exc, entry) from exc
 
     def unique(self, name: str) -> str:
         count = self.names.get(name, 0) + 1

@@ -14,7 +14,7 @@ from ..formats.metafiles import check_keys
 ROOT_KEYS = ("__module__", "__class__", "splits")
 """Keys of the top level of a metadataset."""
 _COMMON = ("subflavors", "shuffle_over_epochs_multiplier", "subset")
-DATASET_KEYS = ("path", "split_part", "dataset_config", "split_config", *_COMMON)
+DATASET_KEYS = ("path", "split_part", "dataset_config", "split_config", "aux", *_COMMON)
 """Keys of a dataset entry (one with ``path``), besides its ``weight`` / ``repetitions`` in a blend."""
 BLEND_KEYS = ("blend", "blend_epochized", *_COMMON)
 """Keys of a blend node (``blend`` or ``blend_epochized``; ``subflavors`` and the multiplier are datareel's
@@ -25,8 +25,7 @@ REFUSED = {
     "join": _JOIN,
     "joiner": _JOIN,
     "nonmatch": _JOIN,
-    "aux": "auxiliary data sources are not supported by datareel; read the extra files in the task encoder",
-    "subflavor": "the single subflavor is read in legacy (Metadataset) files only, as Energon; write "
+    "subflavor": "the legacy single subflavor is read in legacy (Metadataset) files only, as Energon; write "
     "subflavors: {__subflavor__: VALUE}",
     "sample_loader": "Python sample loaders run code from the dataset, which datareel does not do",
     "__module__": "a class named inside a split is not read by datareel (it never imports what a metadataset "
