@@ -143,3 +143,27 @@ def test_datareel_opens_an_epath_local_and_remote(bucket: str, tmp_path: Path) -
     EPath(tmp_path / "ds").copy(EPath(f"{bucket}/ds"))
     remote = datareel.open_dataset(EPath(f"{bucket}/ds"))
     assert [remote.read(i)["txt"] for i in range(len(remote))] == ["0", "1", "2"]
+
+
+def test_dss_paths_resolve_through_the_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import megatron.energon.epathlib.epath as theirs_module
+
+    import datareel
+    import datareel.energon.epathlib.epath as ours_module
+
+    _dataset(tmp_path / "cache" / "name" / "v1")
+    monkeypatch.setattr(ours_module, "NVDATASET_CACHE_DIR", EPath(tmp_path / "cache"))
+    monkeypatch.setattr(theirs_module, "NVDATASET_CACHE_DIR", Theirs(tmp_path / "cache"))
+    ours, theirs = EPath("dss://name@v1"), Theirs("dss://name@v1")
+    assert (str(ours), ours.url, ours.local_path(), ours.display_name) == (
+        str(theirs),
+        theirs.url,
+        theirs.local_path(),
+        theirs.display_name,
+    )
+    assert [str(p) for p in sorted(ours.glob("**/*.tar"))] == [str(p) for p in sorted(theirs.glob("**/*.tar"))]
+    assert len(datareel.open_dataset(ours)) == len(datareel.open_dataset("dss://name@v1")) == 3
+    (tmp_path / "mds.yaml").write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: dss://name@v1\n"
+    )
+    assert len(datareel.open_dataset(tmp_path / "mds.yaml")) == 3

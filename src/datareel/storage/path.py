@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError
-from .registry import SCHEMES, files_for, is_remote, join, scheme_of
+from .registry import SCHEMES, files_for, is_remote, join, resolve_alias, scheme_of
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def as_path(path: str | os.PathLike[str] | RemotePath) -> Path | RemotePath:
     is registered for is refused, naming the ones that are."""
     if isinstance(path, (RemotePath, Path)):
         return path
-    path = location_of(path)
+    path = resolve_alias(location_of(path))
     if is_remote(path):
         return RemotePath(str(path))
     scheme = scheme_of(path)

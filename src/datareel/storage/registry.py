@@ -41,6 +41,27 @@ def _remote() -> Files:
 SCHEMES: dict[str, Factory] = {"file": _local, "s3": _remote, "msc": _remote}
 
 
+#: scheme -> a rewrite of its URLs into another path or URL (``dss://name@version/...`` -> a cache folder):
+#: schemes that name a place by convention rather than a store of their own.
+ALIASES: dict[str, Callable[[str], str]] = {}
+
+
+def register_alias(scheme: str, resolve: Callable[[str], str]) -> None:
+    """Rewrite ``scheme://...`` URLs with ``resolve(url)`` (a local path or a URL of a registered store)
+    wherever a dataset path is opened (:func:`~datareel.storage.path.as_path`)."""
+    name = scheme.lower()
+    if name in SCHEMES:
+        raise OptionError(f"{name}:// is a registered store; an alias cannot take its place")
+    ALIASES[name] = resolve
+
+
+def resolve_alias(path: str) -> str:
+    """``path`` rewritten by its scheme's alias (:func:`register_alias`), or as it is."""
+    scheme = scheme_of(path)
+    resolve = ALIASES.get(scheme) if scheme is not None else None
+    return path if resolve is None else resolve(path)
+
+
 def register_scheme(scheme: str, factory: Factory, *, replace: bool = False) -> None:
     """Read ``scheme://...`` URLs through ``factory()``, a :class:`~datareel.storage.Files` (subclass
     :class:`~datareel.storage.StoreFiles` and implement ``info`` and ``read_range``).  A scheme already

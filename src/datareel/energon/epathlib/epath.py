@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from ...errors import DatasetError
 from ...storage import files_for
+from ...storage.registry import register_alias
 from .glob import matcher, walk_local
 from .io import local_stat, open_remote
 
@@ -335,5 +336,15 @@ class EPath:
 NVDATASET_CACHE_DIR: EPath | None = (
     EPath(os.environ["NVDATASET_CACHE_DIR"]) if "NVDATASET_CACHE_DIR" in os.environ else None
 )
+
+
+def _dss_location(url: str) -> str:
+    """Where a ``dss://`` URL in a metadataset or a path string lies (through ``NVDATASET_CACHE_DIR``)."""
+    from ...storage.path import location_of
+
+    return location_of(EPath(url))
+
+
+register_alias(DSS, _dss_location)
 
 __all__ = ["DEFAULT_PROFILE_NAME", "NVDATASET_CACHE_DIR", "EPath"]
