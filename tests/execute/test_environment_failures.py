@@ -418,3 +418,42 @@ def test_retries_running_out_on_a_bucket_stop_the_run_instead_of_substituting(
         assert handled == []
     finally:
         proxy.close()
+
+
+class _HandlerStop(Exception):
+    """The type a user's error handler raises to stop the loader (as Energon's tests do)."""
+
+
+def _stop(exc, key):
+    raise _HandlerStop(f"stop at {key}") from exc
+
+
+@pytest.mark.workers
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_error_handler_that_raises_stops_the_loader_with_its_own_exception(workers):
+    """Energon's contract: the handler's exception is what the training loop sees (not a wrapper of ours), in the
+    training process and from a worker; the batches before it were handed out."""
+
+    class Source:
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            if i == 5:
+                raise ValueError("bad record")
+            return {"__key__": str(i), "id": i}
+
+    loader = datareel.Loader(
+        datareel.from_sequence(Source(), name="s"),
+        global_batch_size=2,
+        micro_batch_size=2,
+        shuffle=False,
+        repeat=False,
+        num_workers=workers,
+        error_handler=_stop,
+    )
+    seen = []
+    with pytest.raises(_HandlerStop, match="stop at"):
+        for batch in loader:
+            seen.extend(int(i) for i in batch["id"])
+    assert seen == [0, 1, 2, 3]

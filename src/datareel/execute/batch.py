@@ -98,11 +98,14 @@ class BatchMaker(Dataset):
                 raise self.refused(position, source_id, index, exc) from exc
             where = self._where(position, source_id, index)
             skip = is_skip(exc)  # outside the windowed stage a skip cannot shorten the reel: substitute
-            if self.options.handler is not None and not skip:  # Energon's handler: told first; may raise
+            if self.options.handler is not None and not skip:
+                # Energon's handler: told first.  If it raises, its own exception stops the loader (as in
+                # Energon, and as the windowed stage's planner does): the user chose that type to catch.
                 try:
                     self.options.handler(exc, self._key(source_id, index))
                 except Exception as raised:
-                    raise BatchError(f"{where} failed: {exc}; error_handler raised {raised!r}") from raised
+                    raised._datareel_from_handler = True  # type: ignore[attr-defined]  # __getitem__ lets it by
+                    raise
             if self.options.on_error == "raise" and not skip:
                 raise BatchError(f"{where} failed: {exc}") from exc
             n = len(self.sources[source_id])
@@ -163,6 +166,8 @@ class BatchMaker(Dataset):
         except (BatchError, StorageError):
             raise
         except Exception as exc:  # batch / encode_batch / pack_selected_samples / collation: name the step
+            if getattr(exc, "_datareel_from_handler", False):
+                raise
             first, last = int(desc.positions[0]), int(desc.positions[-1])
             kind = BatchError if sample_failure(exc) else StorageError
             raise kind(
