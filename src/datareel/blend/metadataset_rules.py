@@ -101,8 +101,8 @@ def parse_subset(spec: Any, yaml_path: Path, where: str, leaf: bool) -> tuple[An
         elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             if not leaf:
                 raise DatasetError(
-                    f"{yaml_path}: {where}.subset: absolute ranges ({value}) are allowed only on datasets, "
-                    f"use percentages here"
+                    f"{yaml_path}: {where}.subset: absolute ranges ({value}) are only allowed for a leaf dataset (an "
+                    f"entry with 'path'), use percentages here"
                 )
             out.append(value)
         else:
