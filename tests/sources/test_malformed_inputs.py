@@ -550,7 +550,7 @@ TYPOS = {
     "blend item wieght": (
         blend({"path": "crude", "wieght": 2}, {"path": "typed"}),
         r"splits\.train\.blend\[0\] has an unknown key 'wieght' \(did you mean 'weight'\?\); a dataset entry takes "
-        r"dataset_config, path, .*weight",
+        r".*dataset_config, path, .*weight",
     ),
     "epochized repititions": (
         {**HEADER, "splits": {"train": {"blend_epochized": [{"path": "crude", "repititions": 2}]}}},
@@ -630,7 +630,7 @@ def test_energon_also_refuses_each_typo_and_reads_the_fixed_file(tmp_path, world
             {"join": [{"path": "crude"}, {"path": "typed"}], "joiner": {"__module__": "x", "__class__": "Y"}},
             r"'join': joining",
         ),
-        ({"path": "crude", "aux": {"x": "filesystem://y"}}, r"'aux': auxiliary data sources are not supported"),
+        ({"path": "m.yaml", "aux": {"x": "filesystem://y"}}, r"aux belongs on a dataset entry, not on a metadataset"),
         ({"path": "crude", "subflavor": "a"}, r"'subflavor': the legacy single subflavor .*__subflavor__"),
         (
             {"path": "crude", "__module__": "megatron.energon", "__class__": "DatasetReference"},
