@@ -16,6 +16,7 @@ from ..blend.tree import Blend, Concat
 from ..errors import INT64_LIMIT, OptionError, check_int
 from ..sources.base import Source
 from .loader import EnergonLoader
+from .loader_args import LoaderOptions, check_sample_type, default_handler
 from .spec import DatasetSpec, Limit, Repeat, WorkerConfig
 
 __all__ = [
@@ -35,16 +36,6 @@ __all__ = [
 log = logging.getLogger("datareel")
 
 _BUFFER_ARGS = ("shuffle_buffer_size", "max_samples_per_sequence", "parallel_shard_iters")
-_LOADER_ARGS = (
-    "checkpoint_every_sec",
-    "checkpoint_every_min_n_samples",
-    "n_checkpoints",
-    "gc_collect_every_n_steps",
-    "cache_pool",
-    "watchdog_timeout_seconds",
-    "watchdog_initial_timeout_seconds",
-    "fail_on_timeout",
-)
 _explained: set[str] = set()
 
 
@@ -54,13 +45,18 @@ def _explain_once(name: str, message: str) -> None:
         log.info("datareel.energon: %s", message)
 
 
-def _open(path: Any, split_part: str, open_kwargs: dict[str, Any], task_encoder: Any) -> Any:
-    """The dataset a spec reads, opened now: a wrong path raises here, as ``open_dataset`` would."""
+def _open(path: Any, split_part: str, open_kwargs: dict[str, Any], task_encoder: Any, where: str = "") -> Any:
+    """The dataset a spec reads, opened now: a wrong path raises here, as ``open_dataset`` would; a
+    ``sample_type`` it does not yield is refused (Energon's check)."""
+    sample_type = open_kwargs.pop("sample_type", None)
     if isinstance(path, (Source, Blend)):  # get_val_datasets hands out opened sources
-        return path
-    if getattr(task_encoder, "decoder", "absent") is None:  # Energon's decoder=None: raw bytes
-        open_kwargs.setdefault("decode", False)
-    return open_dataset(path, split=split_part, **open_kwargs)
+        dataset = path
+    else:
+        if getattr(task_encoder, "decoder", "absent") is None:  # Energon's decoder=None: raw bytes
+            open_kwargs.setdefault("decode", False)
+        dataset = open_dataset(path, split=split_part, **open_kwargs)
+    check_sample_type(dataset, sample_type, where or "get_train_dataset")
+    return dataset
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
@@ -77,10 +73,12 @@ def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
         open_kwargs["handler"] = kwargs.pop("handler")
     if "subflavors" in kwargs:
         open_kwargs["subflavors"] = kwargs.pop("subflavors")
+    if "sample_type" in kwargs:  # checked against the opened dataset (loader_args.check_sample_type)
+        open_kwargs["sample_type"] = kwargs.pop("sample_type")
     if kwargs:
         raise OptionError(
-            f"{where}: datareel.energon cannot honour {sorted(kwargs)} (for example sample_type overrides, "
-            f"auto_decode/av_decode, cache pools); drop them or use datareel's own API"
+            f"{where}: datareel.energon cannot honour {sorted(kwargs)} (for example auto_decode/av_decode); "
+            f"drop them or use datareel's own API"
         )
     return open_kwargs
 
@@ -131,7 +129,7 @@ def get_train_dataset(
             "get_train_dataset: batch_drop_last=True with repeat=False is not supported; datareel "
             "splits the last, partial global batch (docs/guarantees.md)"
         )
-    handler = open_kwargs.pop("handler", None)
+    handler = default_handler(open_kwargs.pop("handler", None), worker_config)
     return DatasetSpec(
         path,
         split_part,
@@ -146,7 +144,7 @@ def get_train_dataset(
         packing_buffer_size=packing_buffer_size,
         handler=handler,
         allow_batch_size_change=bool(allow_batch_size_change),
-        dataset=_open(path, split_part, open_kwargs, task_encoder),
+        dataset=_open(path, split_part, open_kwargs, task_encoder, "get_train_dataset"),
     )
 
 
@@ -171,7 +169,7 @@ def get_val_dataset(
     packing_buffer_size = _check_buffer(packing_buffer_size, "get_val_dataset")
     if limit is not None:
         check_int(limit, "limit", minimum=-INT64_LIMIT, where="get_val_dataset")
-    handler = open_kwargs.pop("handler", None)
+    handler = default_handler(open_kwargs.pop("handler", None), worker_config)
     return DatasetSpec(
         path,
         split_part,
@@ -184,7 +182,7 @@ def get_val_dataset(
         open_kwargs=open_kwargs,
         packing_buffer_size=packing_buffer_size,
         handler=handler,
-        dataset=_open(path, split_part, open_kwargs, task_encoder),
+        dataset=_open(path, split_part, open_kwargs, task_encoder, "get_val_dataset"),
         wrappers=(Limit(int(limit), reset_after_epoch=True),) if limit is not None and limit > 0 else (),
         val=True,
         drop_last=bool(batch_drop_last),
@@ -192,7 +190,7 @@ def get_val_dataset(
 
 
 def get_savable_loader(
-    dataset: DatasetSpec,
+    dataset: Any,
     *,
     worker_config: WorkerConfig | None = None,
     prefetch_factor: int | None = 2,
@@ -201,36 +199,37 @@ def get_savable_loader(
 ) -> EnergonLoader:
     """Energon's ``get_savable_loader``: the loader, with Energon's save/restore methods.
 
+    ``cache_pool`` is the task encoder's ``self.cache``; ``watchdog_timeout_seconds`` (default 60;
+    ``None``: off), ``watchdog_initial_timeout_seconds`` and ``fail_on_timeout`` time each batch's
+    ``next()`` (:mod:`.watchdog`); ``gc_collect_every_n_steps`` runs ``gc.collect()`` every n batches.
     ``agree_restored_state`` (datareel's): at the first iteration after a ``restore_state_rank``
     (or none), every rank of the data-parallel group shares what it restored (one all-gather of
     ~200 bytes), so ranks without a state file adopt the others' state when the world grew, and
     ranks that restored different states raise.  Every rank must iterate the loader; pass
     ``False`` to skip the collective."""
-    for name in list(kwargs):
-        if name in _LOADER_ARGS:
-            kwargs.pop(name)
-            _explain_once(
-                name,
-                f"{name} is accepted and not needed: a datareel state is a cursor, computed "
-                f"on demand, never a replay of checkpoints kept in workers",
-            )
-    if kwargs:
-        raise OptionError(f"get_savable_loader: datareel.energon cannot honour {sorted(kwargs)}")
-    if prefetch_factor is not None:
-        check_int(prefetch_factor, "prefetch_factor", minimum=1, where="get_savable_loader")
-    if not isinstance(dataset, DatasetSpec):
-        raise OptionError(
-            f"get_savable_loader takes what datareel.energon.get_train_dataset / get_val_dataset return, got "
-            f"{type(dataset).__name__} (a dataset built by megatron.energon cannot be loaded here)"
-        )
-    return EnergonLoader(dataset, worker_config or dataset.worker_config, prefetch_factor, agree_restored_state)
+    return _loader(dataset, worker_config, prefetch_factor, agree_restored_state, kwargs, "get_savable_loader", 0)
 
 
 def get_loader(
-    dataset: DatasetSpec, *, worker_config: WorkerConfig | None = None, prefetch_factor: int = 2, **kwargs: Any
+    dataset: Any, *, worker_config: WorkerConfig | None = None, prefetch_factor: int = 2, **kwargs: Any
 ) -> EnergonLoader:
-    """Energon's ``get_loader`` (datareel's loaders can always save)."""
-    return get_savable_loader(dataset, worker_config=worker_config, prefetch_factor=prefetch_factor, **kwargs)
+    """Energon's ``get_loader`` (datareel's loaders can always save); its ``gc_collect_every_n_steps``
+    defaults to Energon's 10."""
+    return _loader(dataset, worker_config, prefetch_factor, True, kwargs, "get_loader", 10)
+
+
+def _loader(
+    dataset: Any, config: Any, prefetch: Any, agree: bool, kwargs: dict[str, Any], where: str, gc_every: int
+) -> EnergonLoader:
+    from .wrappers.base import as_spec  # the dataset-level API's values become specs
+
+    options, cache_pool = LoaderOptions.of(dict(kwargs), where, gc_every)
+    if prefetch is not None:
+        check_int(prefetch, "prefetch_factor", minimum=1, where=where)
+    dataset, options = as_spec(dataset, options, where)
+    if cache_pool is not None:
+        dataset = replace(dataset, cache_pool=cache_pool)
+    return EnergonLoader(dataset, config or dataset.worker_config, prefetch, agree, options)
 
 
 def get_val_datasets(path: Any, **kwargs: Any) -> list[tuple[DatasetSpec, Any]]:

@@ -30,6 +30,7 @@ from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
 from ..reel import WindowedStage
 from ..sources.base import Source
+from .loader_args import LoaderOptions
 from .loader_restore import SampleRestorer
 from .passes import Epochize, Passes, local_share
 from .passes import Limit as LimitStream
@@ -60,6 +61,7 @@ class EnergonLoader:
         config: WorkerConfig,
         prefetch_factor: int | None,
         agree_restored_state: bool = True,
+        options: LoaderOptions | None = None,
     ):
         if spec.batch_size is not None:
             check_int(spec.batch_size, "batch_size", minimum=1)
@@ -73,6 +75,7 @@ class EnergonLoader:
         encoder = Unbatched(user, online=online) if spec.batch_size is None else user
         dataset = spec.dataset if spec.dataset is not None else spec.path
         self.spec, self.worker_config = spec, config
+        self.options = options if options is not None else LoaderOptions()
         self.loader: Loader | None = None
         self._val: ValPlan | None = None
         self._restorer: SampleRestorer | None = None
@@ -152,7 +155,9 @@ class EnergonLoader:
         if self._live is not None:
             return self._live
         token = object()
-        live = one_pass(weakref.ref(self), self._val, self._passes, token)
+        from .wrappers.watchdog_dataset import watched  # the wrappers import the factories, which import this
+
+        live = watched(one_pass(weakref.ref(self), self._val, self._passes, token), self.options, self.spec)
         self._live, self._live_token = (live if self._keep else None), token
         return live
 
@@ -291,3 +296,12 @@ def _stage(spec: DatasetSpec) -> WindowedStage | None:
     if spec.packing_buffer_size is None:
         return None
     return WindowedStage(window=spec.packing_buffer_size, pack=True)
+
+
+def __getattr__(name: str) -> Any:
+    """Energon's ``megatron.energon.loader`` holds ``get_loader`` / ``get_savable_loader``: here too."""
+    if name in ("get_loader", "get_savable_loader"):
+        from . import datasets  # it imports this module
+
+        return getattr(datasets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

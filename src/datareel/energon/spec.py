@@ -58,3 +58,17 @@ class DatasetSpec:
     val: bool = False  # from get_val_dataset(s): read in Energon's val order (datareel.energon.val)
     drop_last: bool = False  # get_val_dataset(batch_drop_last=True): each worker drops its partial batch
     cache_pool: Any = None  # get_(savable_)loader(cache_pool=): the task encoder's ``self.cache``
+
+    def __len__(self) -> int:
+        """Energon's ``len(dataset)``: the batches (samples, unbatched) one rank's loader yields per pass,
+        its workers' shares summed; a weighted blend has none (give ``virtual_epoch_length``)."""
+        from .loader import EnergonLoader  # the loader reads specs
+
+        loader = EnergonLoader(self, self.worker_config, None, agree_restored_state=False)
+        try:
+            return len(loader)
+        finally:
+            loader.close()
+
+    def __bool__(self) -> bool:  # a spec is a value, whatever its length
+        return True

@@ -1,0 +1,121 @@
+"""The dataset-level API and the loader arguments through the facade, beside megatron.energon 7.4.1.
+
+``get_dataset_from_config(...).build()`` wrapped in ``MapDataset`` / ``BatchDataset`` yields Energon's
+items in Energon's order (a dataset read with ``training=False``), ``len`` counts as Energon's,
+``sample_type=`` is checked as Energon checks it, and the loader's arguments are honoured
+(``watchdog_timeout_seconds`` fires, ``cache_pool`` is the encoder's ``self.cache``) or refused.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from unittest.mock import patch
+
+import numpy as np
+import pytest
+import torch
+
+from datareel import energon as den
+from datareel.energon import dataset_config as den_config
+from datareel.energon.wrappers.watchdog_dataset import WatchdogDataset
+from datareel.errors import OptionError
+
+me = pytest.importorskip("megatron.energon")
+from megatron.energon import dataset_config as me_config  # noqa: E402
+from test_energon_api_types import captions  # noqa: E402,F401  (the prepared dataset fixture)
+
+
+def _factory(lib, config, root, **kw):
+    wc = lib.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    return config.get_dataset_from_config(str(root), split_part="train", worker_config=wc, **kw), wc
+
+
+def _loader(lib, ds):
+    return lib.get_loader(ds, watchdog_timeout_seconds=None) if lib is me else lib.get_loader(ds)
+
+
+def _as_bytes(lib, wc):
+    def fn(x):
+        caption = torch.tensor(np.frombuffer(x.caption.encode(), dtype=np.uint8))
+        return lib.CaptioningSample.derive_from(x, image=x.image, caption=caption)
+
+    return fn
+
+
+@pytest.mark.parametrize("batch_size", [None, 4, 40])
+def test_built_dataset_map_and_batch_match_energon(captions, batch_size):  # noqa: F811
+    def run(lib, config):
+        factory, wc = _factory(lib, config, captions, training=False, sample_type=lib.CaptioningSample)
+        ds = lib.MapDataset(factory.build(), _as_bytes(lib, wc), worker_config=wc)
+        if batch_size is not None:
+            ds = lib.BatchDataset(ds, batch_size=batch_size, batcher=lib.generic_batch, worker_config=wc)
+        items = list(_loader(lib, ds))
+        shapes = [tuple(x.image.shape) for x in items]
+        return len(ds), type(items[0]).__name__, [x.__key__ for x in items], shapes
+
+    assert run(den, den_config) == run(me, me_config)
+
+
+def test_sample_type_is_checked_as_energon_checks_it(captions):  # noqa: F811
+    for base in (den.CaptioningSample, den.Sample):
+        _factory(den, den_config, captions, sample_type=base)
+        den.get_train_dataset(
+            str(captions), worker_config=den.WorkerConfig(rank=0, world_size=1, num_workers=0), batch_size=2,
+            sample_type=base,
+        )  # fmt: skip
+    with pytest.raises(AssertionError):
+        _factory(me, me_config, captions, sample_type=me.TextSample)
+    with pytest.raises(OptionError, match="sample_type=TextSample does not match .* CaptioningSample"):
+        _factory(den, den_config, captions, sample_type=den.TextSample)
+
+
+class _Slow(den.DefaultTaskEncoder):
+    def encode_sample(self, sample):
+        if sample.__key__ == "c003" and not getattr(self, "slept", False):
+            self.slept = True
+            time.sleep(0.6)
+        return sample
+
+
+def test_watchdog_fires_on_a_slow_batch_and_not_when_off(captions):  # noqa: F811
+    wc = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    for timeout, fired in ((0.3, True), (None, False)):
+        ds = den.get_val_dataset(
+            str(captions), split_part="train", worker_config=wc, batch_size=2, task_encoder=_Slow()
+        )
+        with patch.object(WatchdogDataset, "_watchdog_trigger") as trigger:
+            assert len(list(den.get_loader(ds, watchdog_timeout_seconds=timeout, fail_on_timeout=False))) == 12
+        assert trigger.called is fired
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        WatchdogDataset(ds, wc, timeout_seconds=3)._watchdog_trigger()
+    assert "longer than 3 seconds" in str(caught[0].message)
+
+
+class _Cached(den.DefaultTaskEncoder):
+    def encode_sample(self, sample):
+        return den.TextSample.derive_from(sample, text=f"{type(self.cache).__name__}")
+
+
+def test_cache_pool_is_the_encoders_cache_and_unknown_arguments_are_refused(captions):  # noqa: F811
+    wc = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = den.get_val_dataset(str(captions), split_part="train", worker_config=wc, batch_size=2, task_encoder=_Cached())
+
+    class Pool:
+        pass
+
+    assert next(iter(den.get_savable_loader(ds, cache_pool=Pool()))).text == ["Pool", "Pool"]
+    with pytest.raises(OptionError, match="does not know the arguments \\['speed'\\]"):
+        den.get_loader(ds, speed=2)
+    with pytest.raises(OptionError, match="watchdog_timeout_seconds=0"):
+        den.get_loader(ds, watchdog_timeout_seconds=0)
+
+
+def test_blend_and_mix_batch_datasets_are_refused_naming_the_guarantee(captions):  # noqa: F811
+    wc = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    a = den.get_train_dataset(str(captions), worker_config=wc, batch_size=2)
+    with pytest.raises(OptionError, match="BlendDataset blends whole batches .* elastic guarantee"):
+        den.BlendDataset((a, 1), (a, 2), worker_config=wc)
+    with pytest.raises(OptionError, match="MixBatchDataset .* elastic guarantee"):
+        den.MixBatchDataset((a, 1), (a, 2), batch_size=4, worker_config=wc)
