@@ -92,7 +92,7 @@ class CacheFileLazy(Lazy[T]):
     def get(self, sample: Any = None) -> T:
         if not self._loaded:
             with open(self.cache_path, "rb") as f:  # type: ignore[arg-type]
-                self._data = pickle.load(f)
+                self._data = pickle.load(f)  # own bytes: written by to_cache into this pool's private dir
             self._loaded = True
             self.cache_path.unlink(missing_ok=True)  # type: ignore[union-attr]
             self.cache_path = None
@@ -154,7 +154,9 @@ class FileStoreCachePool(CachePool):
         self.current_cache_count = 0
         self._workers = ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="CacheWorker")
         self.cache_dir = (self.parent_cache_dir / f"cache_{uuid.uuid4().hex[:16]}").resolve()
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.parent_cache_dir.mkdir(parents=True, exist_ok=True)
+        # private to this process (0o700, new): the pickles read back below are only ever this pool's own bytes
+        self.cache_dir.mkdir(mode=0o700, exist_ok=False)
 
     def _here(self) -> None:
         if self._pid != os.getpid():  # a forked worker: the parent's threads do not exist here
@@ -214,7 +216,8 @@ class FileStoreCachePool(CachePool):
             data = f.read()
         if self.method == "raw":
             return entry.ds._decode_raw(data, fname=entry.fname), entry.source_info  # type: ignore[return-value]
-        return pickle.loads(data), entry.source_info  # type: ignore[return-value]
+        # own bytes: method="pickle" wrote them into this pool's private dir (never a dataset's file)
+        return pickle.loads(data), entry.source_info  # type: ignore[return-value]  # own bytes
 
     # -- the background copy ------------------------------------------------------------------------------
     def _cache_out(self, ds: FileStore[Any], fname: str, entry: _PendingTask) -> bool:
