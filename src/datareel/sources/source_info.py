@@ -3,12 +3,21 @@
 A sample's ``__sources__`` is a tuple of records, one per read that made it: the primary read (the
 sample's own parts) and one per auxiliary lookup a cooker made.  Records are small frozen values, so
 they cross worker queues and compare by value.
+
+Every reader of a prepared dataset puts the record of its own read on each sample it makes, with what
+Energon's readers put there: a WebDataset sample's ``SourceInfo(dataset_path=EPath(root), index=<its index
+in the split, excluded samples counted>, shard_name=<shard as the split names it>, file_names=<the tar
+members read, in tar order>)``; a JSONL line's ``SourceInfo(dataset_path=<the file's path, a str>,
+index=<line number>, shard_name=<the file's name>, file_names=("<index>.json",))``.  Views, subsets and
+blends pass samples through unchanged, so the record names the dataset that was read, as Energon's do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from ..errors import DatareelError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,6 +29,19 @@ class SourceInfo:
     index: str | int | None
     shard_name: str | None
     file_names: tuple[str, ...]
+
+
+def dataset_path(root: Any) -> Any:
+    """The ``dataset_path`` of records of the dataset at ``root``: Energon's ``EPath`` of it (the facade's,
+    which compares equal to the user's ``EPath(...)``), or ``str(root)`` where no ``EPath`` names it."""
+    try:
+        from ..energon.epathlib import EPath
+    except ImportError:  # pragma: no cover - the facade is part of the package
+        return str(root)
+    try:
+        return EPath(str(root))
+    except (ValueError, DatareelError):  # a store EPath has no scheme for (http://, gs://): its URL
+        return str(root)
 
 
 def add_source_info(sample: Any, *infos: SourceInfo) -> Any:

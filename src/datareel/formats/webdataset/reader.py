@@ -23,6 +23,7 @@ from ...errors import DatasetError, OptionError
 from ...sources.base import Sample, Source, file_check
 from ...sources.fieldmap import TypedFields, typed_fields
 from ...sources.index_files import sample_range
+from ...sources.source_info import SourceInfo, dataset_path
 from ...sources.typed import SAMPLE_CLASSES
 from ...storage import HandleCache, files_for
 from ...storage.path import as_path
@@ -44,8 +45,9 @@ class WebDatasetSource(ShardReads, Source):
     For ``CrudeWebdataset`` a sample is a dict of its parts decoded by extension
     (``{"__key__": ..., "txt": str, "json": dict, "jpg": tensor, ...}``); for a
     ``sample_type`` it is an instance of that class (:mod:`.typed`) with the
-    fields ``field_map`` names.  Both carry ``__key__``, ``__restore_key__`` and
-    ``__subflavors__`` (the dataset's and the caller's; ``{}`` when none).
+    fields ``field_map`` names.  Both carry ``__key__``, ``__restore_key__``,
+    ``__subflavors__`` (the dataset's and the caller's; ``{}`` when none) and ``__sources__``
+    (the :class:`~datareel.sources.source_info.SourceInfo` of the read, as Energon's).
     """
 
     def __init__(
@@ -95,6 +97,9 @@ class WebDatasetSource(ShardReads, Source):
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._etags = meta.read_etags(self.root)  # shard -> ETag when indexed (prepared in a bucket), else {}
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
+        self._first: list[int] = self.starts.tolist()  # the same as ints: each record's split index
+        self._typed_parts = self.typed.parts if self.typed is not None else None  # the members records name
+        self._dataset_path: Any = None  # records' dataset_path, made on first use (an EPath of root)
         # a 0-count shard is never read, so its first-use check would never run: check it now (index and
         # tar end), or a count of 0 written for a shard holding samples would drop them without a word
         for s in np.flatnonzero(self.counts == 0).tolist():
@@ -251,16 +256,30 @@ class WebDatasetSource(ShardReads, Source):
         """Sample ``local`` of shard ``s`` from its key and part bytes: decoded, typed or crude."""
         decode = self.decoder
         head = {"__key__": key, "__restore_key__": ("Webdataset", self.shards[s], local)}
+        sources = self._sources(s, local, key, parts)
         if self.typed is not None:
             fields = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), where)
-            return SAMPLE_CLASSES[self.typed.sample_type](**head, __subflavors__=dict(self.subflavors), **fields)
+            cls = SAMPLE_CLASSES[self.typed.sample_type]
+            return cls(**head, __subflavors__=dict(self.subflavors), __sources__=sources, **fields)
         if decode is not None:
             return Sample(
                 head,
                 **{part: decode(part, data, where) for part, data in parts.items()},
                 __subflavors__=dict(self.subflavors),
+                __sources__=sources,
             )
-        return Sample(head, **parts, __subflavors__=dict(self.subflavors))
+        return Sample(head, **parts, __subflavors__=dict(self.subflavors), __sources__=sources)
+
+    def _sources(self, s: int, local: int, key: str, parts: dict[str, bytes]) -> tuple[SourceInfo]:
+        """The record of this read (Energon's): the dataset, the sample's split index (excluded samples
+        counted), its shard and the members read (a typed sample's: the parts its field map names)."""
+        path = self._dataset_path
+        if path is None:  # once per process: an EPath costs ~0.1 ms to make
+            path = self._dataset_path = dataset_path(self.root)
+        wanted = self._typed_parts
+        names = tuple(f"{key}.{part}" for part in parts if wanted is None or part in wanted)
+        info = SourceInfo(dataset_path=path, index=self._first[s] + local, shard_name=self.shards[s], file_names=names)
+        return (info,)
 
     def describe(self) -> dict[str, Any]:
         return {
