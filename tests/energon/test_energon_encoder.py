@@ -197,5 +197,6 @@ def test_energon_handler_and_image_decode_arguments_are_honoured(captions):
     ds = den.get_val_dataset(
         str(captions), split_part="train", worker_config=config, batch_size=4, task_encoder=FailsOne(), handler=refuse
     )
-    with pytest.raises(datareel.BatchError, match="stop at s00003"):
+    with pytest.raises(RuntimeError, match="stop at s00003") as stopped:  # the handler's own exception, as Energon
         list(den.get_loader(ds))
+    assert type(stopped.value) is RuntimeError

@@ -85,15 +85,15 @@ def test_buffer_arguments_are_explained_once_and_others_refused(texts, caplog):
         DatareelError, match="online packing .* needs the task encoder to define select_samples_to_pack"
     ):
         den.get_savable_loader(online)
-    with pytest.raises(DatareelError, match="shuffle_over_epochs_multiplier=2 cannot be honoured"):
-        den.get_train_dataset(
-            str(texts),
-            worker_config=config,
-            batch_size=2,
-            shuffle_buffer_size=None,
-            max_samples_per_sequence=None,
-            shuffle_over_epochs_multiplier=2,
-        )
+    over_two = den.get_train_dataset(  # Energon's meaning (tests/energon/test_energon_metadataset_epochs)
+        str(texts),
+        worker_config=config,
+        batch_size=2,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        shuffle_over_epochs_multiplier=2,
+    )
+    assert over_two.open_kwargs == {"shuffle_over_epochs_multiplier": 2}
     with pytest.raises(DatareelError, match="sample_type"):
         den.get_train_dataset(
             str(texts),
