@@ -30,7 +30,11 @@ The second run continues at global batch 3 with the global batches the first run
 ranks 2 and 3 find no state file and take theirs from the saved global position). Give ``--pack`` to both or
 to neither.
 
-Patterns: a typed captioning dataset read with ``image_decode="pil"`` and a ``handler``; a generator
+Patterns (Megatron-LM's newer ``dataloader_provider.py``): ``FileStoreCachePool`` and ``SourceInfo`` imported
+at module top, a ``WorkerConfig`` built from the data-parallel group with ``seed_offset`` and a
+``global_error_handler`` / ``restore_error_handler`` taking ``(exception, sample, sources)``; loaders made with
+``cache_pool=FileStoreCachePool(method="raw")`` and watchdog timeouts; a typed captioning dataset read with
+``image_decode="pil"``; a generator
 ``encode_sample`` under ``@stateless(restore_seeds=True)`` drawing from ``np.random``; dataclass
 samples and batches; ``encode_batch`` through ``dataclasses.asdict``; with ``--pack``, online packing
 (``packing_buffer_size``) with a greedy knapsack over an encoded length in ``select_samples_to_pack``
@@ -56,9 +60,11 @@ from megatron.energon import (
     Batch,
     CaptioningSample,
     DefaultTaskEncoder,
+    FileStoreCachePool,
     LimitDataset,
     RepeatDataset,
     Sample,
+    SourceInfo,
     WorkerConfig,
     get_loader,
     get_savable_loader,
@@ -87,8 +93,12 @@ class ImageTaskBatch(Batch):
     lengths: torch.Tensor  # (samples,)
 
 
-def print_error_handler(exc, key, sources=None):
-    print(f"sample {key} failed: {exc!r}", flush=True)
+def compact_sample_error_handler(exception: Exception, sample, sources: list[SourceInfo] | None = None) -> None:
+    """Megatron's newer provider hands this to ``WorkerConfig(global_error_handler=, restore_error_handler=)``:
+    it is told of each failing sample with the sample and where it was read, and the sample is skipped."""
+    key = getattr(sample, "__key__", sample)
+    where = ", ".join(f"{s.dataset_path}:{s.shard_name}#{s.index}" for s in sources or ())
+    print(f"sample {key} failed: {exception!r} (read from {where or 'unknown'})", flush=True)
 
 
 class TaskEncoder(DefaultTaskEncoder[CaptioningSample, ImageTaskSample, ImageTaskBatch, dict]):
@@ -207,6 +217,7 @@ def main():
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--global-batch-size", type=int, default=None)
     parser.add_argument("--fail-key", default=None, help="a sample key whose encoding fails (handler test)")
+    parser.add_argument("--seed", type=int, default=0, help="WorkerConfig's seed_offset (Megatron's --dataloader-seed)")
     args = parser.parse_args()
     if args.make_dataset:
         make_dataset(Path(args.make_dataset))
@@ -218,7 +229,15 @@ def main():
     out = Path(args.out)
     (out / "state").mkdir(parents=True, exist_ok=True)
 
-    worker_config = WorkerConfig.default_worker_config(num_workers=args.workers)
+    worker_config = WorkerConfig(
+        rank=rank,
+        world_size=world,
+        num_workers=args.workers,
+        data_parallel_group=dist.group.WORLD,
+        seed_offset=args.seed,
+        global_error_handler=compact_sample_error_handler,
+        restore_error_handler=compact_sample_error_handler,
+    )
     extra = {} if args.global_batch_size is None else {"global_batch_size": args.global_batch_size}
     global_batch = args.global_batch_size or MICRO_BATCH * world
     common = dict(
@@ -226,7 +245,6 @@ def main():
         batch_size=MICRO_BATCH,
         task_encoder=TaskEncoder(args.pack, args.fail_key),
         packing_buffer_size=16 if args.pack else None,
-        handler=print_error_handler,
         image_decode="pil",
     )
     train_ds = get_train_dataset(
@@ -238,7 +256,13 @@ def main():
         **common,
         **extra,
     )
-    train_loader = get_savable_loader(train_ds)
+    # Megatron's newer provider: a cache pool for auxiliary data and a watchdog on every batch's wait
+    train_loader = get_savable_loader(
+        train_ds,
+        cache_pool=FileStoreCachePool(num_workers=2, method="raw", parent_cache_dir=out / "cache"),
+        watchdog_timeout_seconds=5 * 60,
+        watchdog_initial_timeout_seconds=5 * 60 + (16 if args.pack else 0) * 0.0075,
+    )
     state_file = out / "state" / f"dataloader-{rank}.pt"
     if args.load and state_file.exists():  # Megatron restores only where this rank's file exists
         train_loader.restore_state_rank(torch.load(state_file, weights_only=False))
@@ -250,7 +274,8 @@ def main():
                 worker_config=worker_config,
                 reset_after_epoch=True,
             ),
-            worker_config=worker_config,
+            cache_pool=FileStoreCachePool(method="raw", parent_cache_dir=out / "cache"),
+            watchdog_timeout_seconds=5 * 60,
         )
         for val_ds, _source in get_val_datasets(args.dataset, split_part="val", **common)
     ]
