@@ -157,4 +157,6 @@ def test_read_and_read_many_give_the_same_records_and_they_pickle(typed):
     again = pickle.loads(pickle.dumps(many[0]))
     assert again.__sources__ == many[0].__sources__
     assert isinstance(many[0].__sources__[0].dataset_path, EPath)
-    assert dataclasses.is_dataclass(many[0].__sources__[0])
+    info = many[0].__sources__[0]
+    assert dataclasses.is_dataclass(info) and info == den.SourceInfo(**dataclasses.asdict(info))
+    assert hash(info) == hash(pickle.loads(pickle.dumps(info)))

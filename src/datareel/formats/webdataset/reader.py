@@ -23,7 +23,7 @@ from ...errors import DatasetError, OptionError
 from ...sources.base import Sample, Source, file_check
 from ...sources.fieldmap import TypedFields, typed_fields
 from ...sources.index_files import sample_range
-from ...sources.source_info import SourceInfo, dataset_path
+from ...sources.source_info import SourceInfo, dataset_path, make_source_info
 from ...sources.typed import SAMPLE_CLASSES
 from ...storage import HandleCache, files_for
 from ...storage.path import as_path
@@ -278,8 +278,7 @@ class WebDatasetSource(ShardReads, Source):
             path = self._dataset_path = dataset_path(self.root)
         wanted = self._typed_parts
         names = tuple(f"{key}.{part}" for part in parts if wanted is None or part in wanted)
-        info = SourceInfo(dataset_path=path, index=self._first[s] + local, shard_name=self.shards[s], file_names=names)
-        return (info,)
+        return (make_source_info(path, self._first[s] + local, self.shards[s], names),)
 
     def describe(self) -> dict[str, Any]:
         return {
