@@ -101,9 +101,9 @@ def test_traverse_as_energon(world, name):
     assert theirs  # the fixture reaches leaves
 
 
-def test_joins_are_refused_by_name(world):
+def test_a_join_without_joiner_is_refused(world):
     path = world / "join.yaml"
     path.write_text(yaml.safe_dump({**V2, "splits": {"train": {"join": [{"path": "ds1"}, {"path": "ds2"}]}}}))
-    with pytest.raises(DatareelError, match=r"splits\.train: joining datasets .*join:"):
+    with pytest.raises(DatareelError, match=r"splits\.train joins datasets but names no joiner"):
         ours.prepare_metadataset(path)
     assert ours.load_dataset(world / "inner.yaml").traverse(split_part="val")[1].path.name == "ds2"

@@ -628,7 +628,7 @@ def test_energon_also_refuses_each_typo_and_reads_the_fixed_file(tmp_path, world
     [
         (
             {"join": [{"path": "crude"}, {"path": "typed"}], "joiner": {"__module__": "x", "__class__": "Y"}},
-            r"'join': joining",
+            r"joiner names x\.Y, but module 'x' is not imported; datareel never imports what a dataset names",
         ),
         ({"path": "m.yaml", "aux": {"x": "filesystem://y"}}, r"aux belongs on a dataset entry, not on a metadataset"),
         ({"path": "crude", "subflavor": "a"}, r"'subflavor': the legacy single subflavor .*__subflavor__"),
@@ -636,7 +636,7 @@ def test_energon_also_refuses_each_typo_and_reads_the_fixed_file(tmp_path, world
             {"path": "crude", "__module__": "megatron.energon", "__class__": "DatasetReference"},
             r"'__module__': a class named inside a split",
         ),
-        ({"path": "crude", "nonmatch": "skip"}, r"'nonmatch': joining"),
+        ({"path": "crude", "nonmatch": "skip"}, r"'nonmatch': nonmatch belongs on a dataset inside a join"),
     ],
 )
 def test_energon_keys_datareel_cannot_honour_are_refused_by_name(tmp_path, world, node, named):

@@ -192,7 +192,7 @@ def test_documented_shapes_parse(world):
 @pytest.mark.parametrize(
     "node,match",
     [
-        ({"join": [{"path": "coco"}, {"path": "ocr"}]}, "'join'"),
+        ({"join": [{"path": "coco"}, {"path": "ocr"}]}, "joins datasets but names no joiner"),
         (
             {"path": "coco", "aux": {"primary": "filesystem://y"}},
             r"splits\.train\.path='coco': aux names \['primary'\]",

@@ -8,10 +8,11 @@ override inner ones) and the legacy v1 ``subflavor`` (``subflavors.__subflavor__
 (auxiliary datasets of a leaf, :mod:`.aux`); ``subset: {range: [a, b]}`` with percentages,
 integers and ``end`` (absolute ranges only at datasets, applied first; percentages compose);
 ``shuffle_over_epochs_multiplier`` (``null``, ``1``, ``k >= 2``, ``-1``; multiplied down the tree
-by Energon's rule, :mod:`datareel.plan.over_epochs`); ``dataset_config`` and ``split_config``.
+by Energon's rule, :mod:`datareel.plan.over_epochs`); ``dataset_config`` and ``split_config``; ``join``
+(datasets joined by sample key into one source, :mod:`.join`: its index prepared beforehand).
 A file without ``__class__`` is Energon's default, the legacy ``Metadataset``.  Val/test splits
 concatenate their datasets (weights and repetitions are ignored there, as in Energon).  Anything
-else — ``join``, unknown keys — is refused with an error naming the key: never silently ignored.
+else — unknown keys, Energon's that datareel cannot honour — is refused naming the key: never dropped.
 
 Every mapping is checked key by key (:mod:`.metadataset_rules`: ``ROOT_KEYS``, ``DATASET_KEYS``,
 ``BLEND_KEYS``, ``weight`` only in a ``blend`` item and ``repetitions`` only
@@ -32,14 +33,23 @@ from ..formats import METADATASET, format_of
 from ..formats.metafiles import MAX_NODES, check_keys, close_names, load_file
 from ..plan.over_epochs import check_multiplier, combine
 from ..sources.base import Source
+from ..sources.joined import JoinedSource
 from ..sources.view import SourceView
 from ..storage import join
 from ..storage.path import as_path
 from .aux import attach_aux
+from .join import open_join
 from .metadataset_rules import BLEND_KEYS as BLEND_KEYS
 from .metadataset_rules import DATASET_KEYS as DATASET_KEYS
 from .metadataset_rules import REFUSED as REFUSED
-from .metadataset_rules import ROOT_KEYS, apply_range, check_entry_keys, entry_number, parse_subset
+from .metadataset_rules import (
+    ROOT_KEYS,
+    apply_range,
+    check_entry_keys,
+    check_weight_keys,
+    entry_number,
+    parse_subset,
+)
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
 
 
@@ -61,24 +71,26 @@ def load_metadataset(
     decode: bool | str = True,
     shuffle_over_epochs_multiplier: int | None = 1,
     training: bool | None = None,
+    joiners: Any = None,
 ) -> Source | Blend:
     """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc);
     ``shuffle_over_epochs_multiplier`` multiplies each dataset's own (Energon's rule,
     :func:`datareel.plan.over_epochs.combine`); ``training`` (default: ``split == "train"``) mixes
-    blends by weight or repetitions, else concatenates them (also in the metadatasets it includes)."""
+    blends by weight or repetitions, else concatenates them (also in the metadatasets it includes);
+    ``joiners`` (``{"module.Name": obj}``) gives the joiners a ``join`` names in code (:mod:`.join`)."""
     try:
         multiplier = check_multiplier(shuffle_over_epochs_multiplier)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
-    builder = _Builder(image_decode=image_decode, decode=decode)
+    builder = _Builder(image_decode=image_decode, decode=decode, joiners=joiners)
     context = _Context(split, {}, multiplier, (), split == "train" if training is None else bool(training))
     dataset = builder.metadataset(as_path(path), context, stack=())
     return dataset
 
 
 class _Builder:
-    def __init__(self, *, image_decode: str | None, decode: bool | str):
-        self.image_decode, self.decode = image_decode, decode
+    def __init__(self, *, image_decode: str | None, decode: bool | str, joiners: Any = None):
+        self.image_decode, self.decode, self.joiners = image_decode, decode, joiners
         self.names: dict[str, int] = {}
         self.files: dict[Path, Any] = {}  # metadataset path -> its parsed document
 
@@ -176,6 +188,10 @@ class _Builder:
         odd = [key for key in node if not isinstance(key, str)]
         if odd:
             raise DatasetError(f"{yaml_path}: {where} has keys that are not strings: {odd[:5]}")
+        if "join" in node:
+            check_weight_keys(node, yaml_path, where, parent)
+            ctx = self.narrow(node, yaml_path, ctx, where)
+            return self.join(node, yaml_path, ctx, where)
         check_entry_keys(node, yaml_path, where, parent)
         kinds = [k for k in ("blend", "blend_epochized", "path") if k in node]
         if len(kinds) != 1:
@@ -192,6 +208,8 @@ class _Builder:
         children = [
             self.node(item, yaml_path, ctx, stack, f"{where}.{kind}[{i}]", kind) for i, item in enumerate(items)
         ]
+        if len(children) == 1 and isinstance(_unviewed(children[0]), JoinedSource):
+            return children[0]  # Energon's blend of one is that dataset (for joins; a mix of one keeps its reel)
         if not ctx.training:
             return concat(children)
         if kind == "blend":
@@ -214,7 +232,8 @@ class _Builder:
             multiplier = combine(multiplier, own)
         ranges = ctx.ranges
         if "subset" in node:
-            ranges = (parse_subset(node["subset"], yaml_path, where, leaf="path" in node),) + ranges
+            leaf = "path" in node or "join" in node
+            ranges = (parse_subset(node["subset"], yaml_path, where, leaf=leaf),) + ranges
         # outer subflavors override inner ones: keep the outer values when merging later
         return _Context(ctx.split, {**subflavors, **ctx.subflavors}, multiplier, ranges, ctx.training)
 
@@ -259,22 +278,57 @@ class _Builder:
             raise _in_entry(exc, entry) from exc
         if not isinstance(source, Source):
             raise DatasetError(f"{entry}: {target} opens as a blend ({kind.name}), not as one dataset")
-        start, stop = 0, len(source)
-        for rng in ctx.ranges:  # innermost (the dataset's own) first
-            start, stop = apply_range(rng, start, stop, yaml_path, where)
         name = self.unique(f"{node['path']}/{split}" if kind.splits else str(node["path"]))
-        if not ((start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name):
-            shuffle, epochs = (False, 1) if ctx.multiplier is None else (None, ctx.multiplier)
-            source = SourceView(source, start=start, stop=stop, shuffle=shuffle, name=name, over_epochs=epochs)
+        source = self.view(source, ctx, yaml_path, where, name)
         try:
             return attach_aux(source, node.get("aux"), yaml_path.parent)  # the leaf itself without aux
         except DatareelError as exc:
             raise _in_entry(exc, entry) from exc
 
+    def view(self, source: Source, ctx: _Context, yaml_path: Path, where: str, name: str) -> Source:
+        """``source`` narrowed by the context's subsets and shuffle multiplier, named ``name``."""
+        start, stop = 0, len(source)
+        for rng in ctx.ranges:  # innermost (the dataset's own) first
+            start, stop = apply_range(rng, start, stop, yaml_path, where)
+        if not ((start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name):
+            shuffle, epochs = (False, 1) if ctx.multiplier is None else (None, ctx.multiplier)
+            source = SourceView(source, start=start, stop=stop, shuffle=shuffle, name=name, over_epochs=epochs)
+        return source
+
+    def join(self, node: dict, yaml_path: Path, ctx: _Context, where: str) -> Source:
+        """A ``join`` entry: its datasets joined by key (:func:`.join.open_join`), narrowed like a dataset."""
+        from ..formats import WEBDATASET
+
+        def open_item(item: dict, split: str, subflavors: dict) -> Any:
+            target = _beside(yaml_path, item["path"])
+            try:
+                return WEBDATASET.open(
+                    target,
+                    split=split,
+                    image_decode=self.image_decode,
+                    decode=self.decode,
+                    subflavors=subflavors,
+                    name=None,
+                    split_config=item.get("split_config", "split.yaml"),
+                    dataset_config=item.get("dataset_config", "dataset.yaml"),
+                )
+            except DatasetError as exc:
+                raise _in_entry(exc, f"{yaml_path}: {where}.join path={item['path']!r}") from exc
+
+        source = open_join(node, yaml_path, ctx, where, open_item, self.joiners)
+        return self.view(source, ctx, yaml_path, where, self.unique(source.name))
+
     def unique(self, name: str) -> str:
         count = self.names.get(name, 0) + 1
         self.names[name] = count
         return name if count == 1 else f"{name}#{count}"
+
+
+def _unviewed(source: Any) -> Any:
+    """``source`` without the views (subsets, multipliers) around it."""
+    while isinstance(source, SourceView):
+        source = source.base
+    return source
 
 
 def _legacy_entry(item: Any) -> Any:

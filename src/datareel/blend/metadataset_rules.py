@@ -20,11 +20,9 @@ BLEND_KEYS = ("blend", "blend_epochized", *_COMMON)
 """Keys of a blend node (``blend`` or ``blend_epochized``; ``subflavors`` and the multiplier are datareel's
 additions there), besides its own ``weight`` / ``repetitions`` when it is an item of a blend."""
 _WEIGHT = {"blend": "weight", "blend_epochized": "repetitions"}  # list kind -> the key its items carry
-_JOIN = "joining datasets sample by sample is not supported by datareel; blend them, or join them in the task encoder"
 REFUSED = {
-    "join": _JOIN,
-    "joiner": _JOIN,
-    "nonmatch": _JOIN,
+    "joiner": "joiner belongs on a join (an entry with join:), beside its list of datasets",
+    "nonmatch": "nonmatch belongs on a dataset inside a join: list (a secondary: error, skip or none)",
     "subflavor": "the legacy single subflavor is read in legacy (Metadataset) files only, as Energon; write "
     "subflavors: {__subflavor__: VALUE}",
     "sample_loader": "Python sample loaders run code from the dataset, which datareel does not do",
@@ -42,14 +40,7 @@ def check_entry_keys(node: dict, yaml_path: Path, where: str, parent: str | None
     """Refuse a key the entry cannot hold: unknown (with the closest), Energon's that datareel cannot
     honour (by name), a weight outside a ``blend`` list or repetitions outside a ``blend_epochized`` one,
     or a dataset's own key on a blend."""
-    own = _WEIGHT.get(parent or "")
-    for key in ("weight", "repetitions"):
-        if key in node and key != own:
-            home = "blend" if key == "weight" else "blend_epochized"
-            raise DatasetError(
-                f"{yaml_path}: {where} has {key!r}, which belongs in a {home} list"
-                + (f" (items of a {parent} list take {own!r})" if own else " (a split's own entry takes neither)")
-            )
+    own = check_weight_keys(node, yaml_path, where, parent)
     is_blend = "path" not in node and any(k in node for k in ("blend", "blend_epochized"))
     allowed = (BLEND_KEYS if is_blend else DATASET_KEYS) + ((own,) if own else ())
     if is_blend:
@@ -63,6 +54,20 @@ def check_entry_keys(node: dict, yaml_path: Path, where: str, parent: str | None
     if not is_blend and "path" not in node:
         allowed = tuple(sorted(set(DATASET_KEYS) | set(BLEND_KEYS))) + ((own,) if own else ())
     check_keys(node, allowed, f"{yaml_path}: {where}", what, REFUSED, suggest=("weight", "repetitions", "path"))
+
+
+def check_weight_keys(node: dict, yaml_path: Path, where: str, parent: str | None) -> str | None:
+    """Refuse a weight outside a ``blend`` list or repetitions outside a ``blend_epochized`` one -> the key
+    the entry's list gives its items (``None`` for a split's own entry)."""
+    own = _WEIGHT.get(parent or "")
+    for key in ("weight", "repetitions"):
+        if key in node and key != own:
+            home = "blend" if key == "weight" else "blend_epochized"
+            raise DatasetError(
+                f"{yaml_path}: {where} has {key!r}, which belongs in a {home} list"
+                + (f" (items of a {parent} list take {own!r})" if own else " (a split's own entry takes neither)")
+            )
+    return own
 
 
 def entry_number(item: dict, key: str, yaml_path: Path, where: str) -> float:

@@ -1,7 +1,7 @@
 """Energon's ``megatron.energon.metadataset.loader``: ``load_dataset`` (a metadataset or one prepared dataset
 as a :class:`~.loader_interface.DatasetLoaderInterface`), ``traverse_metadataset`` (a split's leaf
-references, nothing opened) and ``prepare_metadataset`` (what a metadataset needs on disk: nothing but
-checks while joins are refused).  Files are read with datareel's safe YAML reader: no class a metadataset
+references, nothing opened) and ``prepare_metadataset`` (what a metadataset needs on disk: the index of
+each join).  Files are read with datareel's safe YAML reader: no class a metadataset
 names is imported."""
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ def traverse_metadataset(path: str | Path | Any, *, split_part: str, **kwargs: A
 
 
 def prepare_metadataset(path: Any) -> None:
-    """Check the metadataset at ``path`` for what ``get_train_dataset`` will need (a ``join`` is refused by
-    name: datareel does not join yet); nothing else needs preparing."""
+    """Write what the metadataset at ``path`` needs on disk: the index of each join (``<file>.cache/``,
+    Energon's file and name); its datasets are checked to exist.  Joiners are not resolved here (Energon
+    mocks them), so a joiner naming a module that is not importable does not stop preparing."""
     loaded = load_metadataset_file(path)
     loaded.post_initialize()
     loaded.prepare()

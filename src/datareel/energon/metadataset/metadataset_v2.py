@@ -4,8 +4,9 @@ absolute ones, repetitions multiplied, subflavors merged outer-over-inner, multi
 Energon's rule, subsets merged) and for ``traverse`` (leaf paths, split parts, aux paths, subflavors).
 
 The reel itself is built from the same file by :mod:`datareel.blend.metadataset` (what
-``get_train_dataset`` reads); this module answers the questions Energon's objects answer.  Joins are
-refused by name (datareel does not join yet).  ``AuxFilesystemReference`` / ``AuxDatasetReference``
+``get_train_dataset`` reads); this module answers the questions Energon's objects answer.  ``prepare``
+writes the join indexes a split's joins read
+(:func:`datareel.blend.join.prepare_joins`).  ``AuxFilesystemReference`` / ``AuxDatasetReference``
 are the two kinds of ``aux:`` entry.
 """
 
@@ -171,9 +172,20 @@ class MetadatasetV2(DatasetLoaderInterface):
         return node_datasets(self, self.split(split_part), request, split_part, subflavors, multiplier, subset, where)
 
     def prepare(self, split_part: str | None = None) -> tuple[Any, ...]:
-        from .walk import refuse_joins
+        """Write the join index of each join of the split(s) not prepared yet (and of the metadatasets they
+        include, each in its own ``.cache``); other files of this file's cache directory are removed
+        (Energon's cleanup).  Returns ``()``, as Energon's."""
+        from ...blend.join import prepare_joins
+        from ...storage.path import as_path
+        from .loader import load_metadataset_file
+        from .walk import join_nodes
 
+        found: list[Any] = []
+        nested: list[Any] = []
         for name, node in self.splits.items():
             if split_part is None or name == split_part:
-                refuse_joins(node, f"{self.path}: splits.{name}")
+                join_nodes(self, node, name, f"{self.path}: splits.{name}", found, nested)
+        for target in dict.fromkeys(str(t) for t in nested):
+            load_metadataset_file(target).prepare()
+        prepare_joins(as_path(str(self.path)), found)
         return ()

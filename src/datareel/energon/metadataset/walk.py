@@ -1,5 +1,5 @@
 """The walk under :class:`~.metadataset_v2.MetadatasetV2` and :class:`~.metadataset.Metadataset`: one node of
-a split (a dataset reference, ``blend``, ``blend_epochized``; ``join`` refused) -> its flattened leaves
+a split (a dataset reference, ``blend``, ``blend_epochized``, ``join``) -> its flattened leaves
 (``get_datasets``) or its leaf references (``traverse``), with Energon's arithmetic: weights normalised per
 blend and multiplied down, repetitions multiplied, subflavors outer-over-inner, multipliers combined
 (:func:`datareel.plan.over_epochs.combine`), subsets merged (:func:`.metadataset_v2.merge_subset`)."""
@@ -18,8 +18,8 @@ from .loader_interface import DatasetBlendMode, LoadedDatasetList, TraversedData
 from .metadataset_v2 import aux_reference, merge_subset, parse_subset
 
 _JOIN = (
-    "joining datasets sample by sample (join:) is not supported by datareel.energon yet; blend them, or read the "
-    "second dataset by key in a cooker (aux:)"
+    "get_datasets of a join (join:) is not supported by datareel.energon: get_train_dataset / get_val_dataset / "
+    "datareel.open_dataset read the metadataset with its joins (their index prepared by prepare_metadataset)"
 )
 
 
@@ -40,8 +40,6 @@ def _kind(node: Any, where: str) -> str:
         raise DatasetError(
             f"{where} needs exactly one of 'path', 'blend', 'blend_epochized', 'join'; got {sorted(node)}"
         )
-    if kinds[0] == "join":
-        raise DatasetError(f"{where}: {_JOIN}")
     return kinds[0]
 
 
@@ -83,6 +81,8 @@ def node_datasets(
 ) -> LoadedDatasetList:
     """The flattened leaves of ``node`` (see the module doc)."""
     kind = _kind(node, where)
+    if kind == "join":
+        raise DatasetError(f"{where}: {_JOIN}")
     if "subset" in node:
         subset = merge_subset(parse_subset(node["subset"], where), subset, where)
     if kind == "path":
@@ -175,6 +175,8 @@ def traverse_node(
 ) -> list[TraversedDatasetReference]:
     """The leaf references under ``node``: paths resolved, nothing opened (a missing leaf is listed as it is)."""
     kind = _kind(node, where)
+    if kind == "join":
+        raise NotImplementedError("traverse_metadataset() does not support joined datasets.")  # Energon's
     if kind != "path":
         items = node[kind]
         if not isinstance(items, list):
@@ -199,6 +201,12 @@ def traverse_node(
 def check_exists(mds: Any, node: Any, where: str) -> None:
     """Raise where an entry under ``node`` names a path that does not exist (Energon checks at load)."""
     kind = _kind(node, where)
+    if kind == "join":
+        items = node["join"]
+        for name, item in items.items() if isinstance(items, dict) else enumerate(items or []):
+            if isinstance(item, dict) and "path" in item:
+                check_exists(mds, {"path": item["path"]}, f"{where}.join[{name}]")
+        return
     if kind != "path":
         for i, item in enumerate(node[kind] if isinstance(node[kind], list) else []):
             check_exists(mds, item, f"{where}.{kind}[{i}]")
@@ -212,9 +220,16 @@ def check_exists(mds: Any, node: Any, where: str) -> None:
         )
 
 
-def refuse_joins(node: Any, where: str) -> None:
-    """Walk ``node``; a ``join`` anywhere is refused by name."""
-    _kind(node, where)
-    for kind in ("blend", "blend_epochized"):
+def join_nodes(mds: Any, node: Any, split: str, where: str, found: list, nested: list) -> None:
+    """Collect under ``node`` each join as ``(node, split, where)`` into ``found`` and each metadataset an entry
+    includes into ``nested`` (what ``prepare`` prepares)."""
+    kind = _kind(node, where)
+    if kind == "join":
+        found.append((node, node.get("split_part") or split, where))
+    elif kind == "path":
+        target, is_mds = _target(mds, node, where)
+        if is_mds:
+            nested.append(target)
+    else:
         for i, item in enumerate(node.get(kind) or []):
-            refuse_joins(item, f"{where}.{kind}[{i}]")
+            join_nodes(mds, item, split, f"{where}.{kind}[{i}]", found, nested)
