@@ -160,3 +160,41 @@ def test_read_and_read_many_give_the_same_records_and_they_pickle(typed):
     info = many[0].__sources__[0]
     assert dataclasses.is_dataclass(info) and info == den.SourceInfo(**dataclasses.asdict(info))
     assert hash(info) == hash(pickle.loads(pickle.dumps(info)))
+
+
+@pytest.fixture(scope="module")
+def lines(tmp_path_factory) -> Path:
+    from datareel.formats.jsonl.prepare import prepare_jsonl
+
+    path = tmp_path_factory.mktemp("jsonl") / "lines.jsonl"
+    path.write_text("".join(f'{{"i": {i}, "text": "line {i}"}}\n' for i in range(7)))
+    prepare_jsonl(path)
+    return path
+
+
+def test_jsonl_record_helper_is_energons(lines):
+    from datareel.sources.source_info import jsonl_source_info
+
+    theirs = _by_key(_loader(me, lines, task_encoder=_passthrough(me)))
+    assert len(theirs) == 7
+    for key, records in theirs.items():
+        assert records == (_plain(jsonl_source_info(lines, int(key))),)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="formats/jsonl/reader.py (not lane S's file) does not yet put jsonl_source_info on its samples"
+)
+def test_jsonl_lines_carry_energons_records(lines):
+    ours = _by_key(_loader(den, lines, task_encoder=_passthrough(den)))
+    assert ours == _by_key(_loader(me, lines, task_encoder=_passthrough(me)))
+
+
+def test_records_of_a_sample_by_index_through_views_without_decoding(typed):
+    from datareel.sources.source_info import source_info_of
+    from datareel.sources.view import SourceView
+
+    source = datareel.open_dataset(typed, split="train")
+    view = SourceView(source, start=3, stop=9)
+    for i in range(len(view)):
+        assert source_info_of(view, i) == view.read(i).__sources__ == source.read(i + 3).__sources__
+    assert source_info_of(datareel.from_sequence([{"a": 1}]), 0) is None

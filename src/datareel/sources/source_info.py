@@ -65,6 +65,31 @@ def dataset_path(root: Any) -> Any:
         return str(root)
 
 
+def jsonl_source_info(path: Any, index: int) -> SourceInfo:
+    """The record of line ``index`` of the JSONL file at ``path`` (a path or URL), as Energon's JSONL reader
+    makes it: the file's path as a string, the line number, the file's name and ``"<index>.json"``."""
+    url = str(path)
+    return make_source_info(url, index, url.rstrip("/").rpartition("/")[2], (f"{index}.json",))
+
+
+def source_info_of(source: Any, index: int) -> tuple[SourceInfo, ...] | None:
+    """The records of sample ``index`` of ``source`` without decoding it (what an error handler is told of a
+    sample that failed to decode or encode): through views, filters and aux sources to the reader, which
+    names its read (``source_info(index)``); ``None`` where no reader on the way keeps records."""
+    import numpy as np
+
+    from .base import MappedSource
+
+    while True:
+        own = getattr(type(source), "source_info", None)
+        if own is not None:
+            return own(source, index)
+        if not isinstance(source, MappedSource):
+            return None
+        index = int(source._map(np.array([index], dtype=np.int64))[0])
+        source = source.base
+
+
 def add_source_info(sample: Any, *infos: SourceInfo) -> Any:
     """``sample`` with ``infos`` appended to its ``__sources__`` (a dataclass sample's field, a dict
     sample's key); any other value is returned unchanged."""

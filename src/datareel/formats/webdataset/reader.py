@@ -270,6 +270,12 @@ class WebDatasetSource(ShardReads, Source):
             )
         return Sample(head, **parts, __subflavors__=dict(self.subflavors), __sources__=sources)
 
+    def source_info(self, index: int) -> tuple[SourceInfo]:
+        """The record of sample ``index``'s read, from its members alone (nothing decoded)."""
+        s, local = self.locate(index)
+        key, parts, _ = self._read_raw(s, local)
+        return self._sources(s, local, key, parts)
+
     def _sources(self, s: int, local: int, key: str, parts: dict[str, bytes]) -> tuple[SourceInfo]:
         """The record of this read (Energon's): the dataset, the sample's split index (excluded samples
         counted), its shard and the members read (a typed sample's: the parts its field map names)."""
@@ -277,7 +283,10 @@ class WebDatasetSource(ShardReads, Source):
         if path is None:  # once per process: an EPath costs ~0.1 ms to make
             path = self._dataset_path = dataset_path(self.root)
         wanted = self._typed_parts
-        names = tuple(f"{key}.{part}" for part in parts if wanted is None or part in wanted)
+        if wanted is None:
+            names = tuple([f"{key}.{part}" for part in parts])
+        else:
+            names = tuple([f"{key}.{part}" for part in parts if part in wanted])
         return (make_source_info(path, self._first[s] + local, self.shards[s], names),)
 
     def describe(self) -> dict[str, Any]:
