@@ -846,8 +846,9 @@ DUPLICATES = {
     ),
     "split.yaml top level": (
         ".nv-meta/split.yaml",
-        "split_parts: {train: [parts/p-0.tar]}\nexclude: []\nexclude: [parts/p-0.tar/crude00]\n",
-        r"line 3: key 'exclude' appears twice \(first on line 2\): \[\] and then \['parts/p-0.tar/crude00'\]",
+        "split_parts: {train: [parts/p-0.tar]}\nexclude: [parts/p-0.tar/crude01]\nexclude: [parts/p-0.tar/crude00]\n",
+        r"line 3: key 'exclude' appears twice \(first on line 2\): \['parts/p-0.tar/crude01'\] and then "
+        r"\['parts/p-0.tar/crude00'\]",
     ),
     ".info.json shard": (
         ".nv-meta/.info.json",
@@ -867,6 +868,24 @@ def test_a_key_repeated_in_a_metadata_file_is_refused_naming_file_line_and_value
     with pytest.raises(DatasetError, match=named) as caught:
         read_everything(root)
     assert str(caught.value).startswith((f"{root / name} line ", f"{root / name}: "))
+
+
+def test_a_key_repeated_after_an_empty_value_takes_the_later_value(tmp_path, world):
+    """Energon's own split files write ``exclude: []`` and then the list: nothing is dropped, so it is read (the
+    later value), as Energon reads it; an empty value repeated after a full one is still refused."""
+    root = tmp_path / "crude"
+    shutil.copytree(world / "crude", root)
+    split = root / ".nv-meta" / "split.yaml"
+    split.write_text("split_parts: {train: [parts/p-0.tar]}\nexclude: []\n")
+    everything = datareel.open_dataset(root)
+    assert "crude00" in {everything.read(i)["__key__"] for i in range(len(everything))}
+    split.write_text("split_parts: {train: [parts/p-0.tar]}\nexclude: []\nexclude: [parts/p-0.tar/crude00]\n")
+    source = datareel.open_dataset(root)
+    keys = {source.read(i)["__key__"] for i in range(len(source))}
+    assert "crude00" not in keys and keys
+    split.write_text("split_parts: {train: [parts/p-0.tar]}\nexclude: [parts/p-0.tar/crude00]\nexclude: []\n")
+    with pytest.raises(DatasetError, match="key 'exclude' appears twice"):
+        datareel.open_dataset(root)
 
 
 def test_a_key_repeated_in_a_metadataset_is_refused(tmp_path, world):

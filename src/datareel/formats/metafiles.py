@@ -18,8 +18,9 @@ from ..errors import DatasetError, RepeatedKey
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """libyaml's safe loader (~10x faster) where built, refusing a key repeated in a mapping (YAML keeps
-    the last and drops the others without a word).  A merge key's (``<<: *base``) entries may be given
-    again beside it: that is how YAML overrides them."""
+    the last and drops the others without a word) unless the earlier value is empty (``[]``, ``{}``, null:
+    nothing is dropped; Energon's own split files repeat ``exclude:`` so).  A merge key's (``<<: *base``)
+    entries may be given again beside it: that is how YAML overrides them."""
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:  # each mapping's first step, before merging
         checked = self.__dict__.setdefault("_checked", set())
@@ -32,6 +33,10 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
                 key = key_node.tag, key_node.value  # a string key: its text ('a' and "a" are one key)
                 if key in seen:
                     first_key, first_value = seen[key]
+                    if _empty(first_value):  # `exclude: []` then `exclude: [...]`: nothing is dropped, the later wins
+                        node.value.remove((first_key, first_value))
+                        seen[key] = key_node, value_node
+                        continue
                     raise RepeatedKey(
                         self.construct_object(key_node),
                         self.construct_object(first_value, deep=True),
@@ -41,6 +46,13 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
                     )
                 seen[key] = key_node, value_node
         super().flatten_mapping(node)
+
+
+def _empty(node: yaml.Node) -> bool:
+    """An empty list or mapping, or null: a value whose replacement by a repeated key loses nothing."""
+    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        return not node.value
+    return node.tag == "tag:yaml.org,2002:null"
 
 
 SAFE_LOADER = _Loader
