@@ -116,7 +116,7 @@ def _key(sample: Any) -> str:
 def sample_joiner(cls: type) -> Callable[..., Any]:
     """The joiner of a sample class: its own ``from_joined``, else :func:`default_from_joined` for it."""
     own = getattr(cls, "from_joined", None)
-    if own is not None:
+    if own is not None and getattr(own, "__func__", None) is not _sample_base().from_joined.__func__:
         return own
     return _DefaultJoin(cls)
 

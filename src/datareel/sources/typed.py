@@ -86,6 +86,15 @@ class Sample(_Fields):
             kwargs.setdefault(field.name, getattr(base_sample, field.name, None))
         return cls(**kwargs)
 
+    @classmethod
+    def from_joined(cls, *args: Any, **kwargs: Any) -> Any:
+        """Energon's default join (``join:`` in a metadataset): the primary sample's key, restore key and
+        subflavors, then each joined sample's fields in order, later ones winning; override it to join
+        otherwise.  See :func:`datareel.sources.joined.default_from_joined`."""
+        from .joined import default_from_joined
+
+        return default_from_joined(cls, *args, **kwargs)
+
 
 @edataclass
 class TextSample(Sample):
