@@ -66,13 +66,14 @@ class WorkerConfig:
 
 class FailedSample:
     """What an Energon handler is given as the sample when datareel's loader reports a failure by key: an
-    object with the sample's ``__key__`` (its ``__sources__`` unknown: ``None``)."""
+    object with the sample's ``__key__`` and ``__sources__`` (its ``SourceInfo`` records; ``None`` where the
+    source keeps none)."""
 
     __slots__ = ("__key__", "__sources__")
 
-    def __init__(self, key: str):
+    def __init__(self, key: str, sources: Any = None):
         self.__key__ = key
-        self.__sources__ = None
+        self.__sources__ = sources
 
     def __repr__(self) -> str:
         return f"FailedSample(__key__={self.__key__!r})"
@@ -85,8 +86,9 @@ class _Adapted:
         self.handler = handler
 
     def __call__(self, exc: Exception, key: Any) -> None:
-        sample = key if not isinstance(key, str) else FailedSample(key)
-        self.handler(exc, sample, getattr(sample, "__sources__", None))
+        sample = key if not isinstance(key, str) else FailedSample(key, getattr(exc, "__datareel_sources__", None))
+        sources = getattr(sample, "__sources__", None)
+        self.handler(exc, sample, list(sources) if sources is not None else None)
 
 
 def datareel_error_handler(handler: ErrorHandler | None) -> Callable[[Exception, Any], None] | None:

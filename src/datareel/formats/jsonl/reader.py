@@ -15,6 +15,7 @@ import numpy as np
 from ...errors import DatasetChangedError, DatasetError
 from ...sources.base import Sample, Source, file_check
 from ...sources.index_files import read_index, sample_range
+from ...sources.source_info import SourceInfo, jsonl_source_info
 from ...storage import Files, HandleCache, files_for
 from ...storage.handles import Handle
 from ...storage.path import as_path
@@ -85,8 +86,14 @@ class JsonlSource(Source):
                 f"`datareel prepare {self.path}`"
             )
         return Sample(
-            __key__=str(index), json=parse_json(blob, where, start, f"re-index with `datareel prepare {self.path}`")
+            __key__=str(index),
+            json=parse_json(blob, where, start, f"re-index with `datareel prepare {self.path}`"),
+            __sources__=(jsonl_source_info(self._url, index),),
         )
+
+    def source_info(self, index: int) -> SourceInfo:
+        """Line ``index``'s record, as Energon's JSONL reader names it (without reading the line)."""
+        return jsonl_source_info(self._url, index)
 
     def prefetch(self, indices: np.ndarray) -> None:
         """Where the store gains by it (a bucket): fetch the lines together (coalesced, concurrent GETs)."""
