@@ -79,7 +79,8 @@ def draws(j: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
     for key in keys:
         h = _round(h, key, _ALL)
     unit = (h >> _TOP53).astype(np.float64) * (1.0 / (1 << 53))  # (k,) in [0, 1)
-    return np.minimum((unit * n).astype(np.int64), n - 1)
+    picked: np.ndarray = np.minimum((unit * n).astype(np.int64), n - 1)
+    return picked
 
 
 def over_epochs_indices(j: np.ndarray, n: int, *, seed: int, source_key: int, epochs: int) -> np.ndarray:
