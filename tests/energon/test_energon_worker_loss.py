@@ -90,7 +90,9 @@ class FailsAt(DiesAt):
 
 
 def train_loader(root, encoder, *, workers, virtual=0):
-    config = den.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    config = den.WorkerConfig(
+        rank=0, world_size=1, num_workers=workers, global_error_handler=None
+    )  # no handler: BatchError
     dataset = den.get_train_dataset(
         str(root),
         worker_config=config,
@@ -106,7 +108,9 @@ def train_loader(root, encoder, *, workers, virtual=0):
 def val_loader(root, encoder, *, workers, case):
     """``case``: "plain" (one pass, every batch), "limit" (``get_val_dataset(limit=4)``) or "megatron"
     (``LimitDataset(RepeatDataset(val), 5, reset_after_epoch=True)``, as Megatron builds its val loaders)."""
-    config = den.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    config = den.WorkerConfig(
+        rank=0, world_size=1, num_workers=workers, global_error_handler=None
+    )  # no handler: BatchError
     dataset = den.get_val_dataset(
         str(root),
         split_part="train",

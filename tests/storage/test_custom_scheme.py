@@ -87,6 +87,7 @@ def records(dataset) -> list[dict]:
     for source in getattr(dataset, "leaves", lambda: [dataset])():
         for i in range(len(source)):
             sample = dict(source.read(i))
+            sample.pop("__sources__", None)  # names the dataset by its URL, which differs from its local copy's
             out.append({k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in sample.items()})
     return out
 
