@@ -122,11 +122,10 @@ def _energon(root: Path, cache: bool) -> dict[str, tuple]:
 def _facade(root: Path, cache: bool, workers: int) -> dict[str, tuple]:
     config = den.WorkerConfig(rank=0, world_size=1, num_workers=workers)
     pool = den.FileStoreCachePool(parent_cache_dir=root / "cache-d", num_workers=1) if cache else None
-    encoder = _encoder(den, cache)
-    bind_cookers(encoder, pool)
+    encoder = _encoder(den, cache)  # the loader binds its cookers to the stores and cache_pool (bind_cookers)
     source = attach_aux(datareel.open_dataset(str(root / "ds1")), AUX, root)
     loader = den.get_savable_loader(
-        den.get_train_dataset(source, batch_size=1, worker_config=config, task_encoder=encoder)
+        den.get_train_dataset(source, batch_size=1, worker_config=config, task_encoder=encoder), cache_pool=pool
     )
     try:
         return _by_key(loader)

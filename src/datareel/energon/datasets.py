@@ -52,11 +52,32 @@ def _open(path: Any, split_part: str, open_kwargs: dict[str, Any], task_encoder:
     if isinstance(path, (Source, Blend)):  # get_val_datasets hands out opened sources
         dataset = path
     else:
-        if getattr(task_encoder, "decoder", "absent") is None:  # Energon's decoder=None: raw bytes
-            open_kwargs.setdefault("decode", False)
-        dataset = open_dataset(path, split=split_part, **open_kwargs)
+        dataset = open_dataset(path, split=split_part, **_decoding(open_kwargs, task_encoder, where))
     check_sample_type(dataset, sample_type, where or "get_train_dataset")
     return dataset
+
+
+def _decoding(open_kwargs: dict[str, Any], task_encoder: Any, where: str) -> dict[str, Any]:
+    """``open_kwargs`` with what the task encoder's ``decoder`` asks of the readers (Energon's ``decoder = None``:
+    raw bytes; a ``SampleDecoder``: its ``image_decode``); an ``image_decode=`` argument that contradicts it is
+    refused naming both."""
+    from .flavors.webdataset.sample_decoder import open_options
+
+    decoder = getattr(task_encoder, "decoder", _NO_DECODER)
+    if decoder is _NO_DECODER:
+        return open_kwargs
+    out = dict(open_kwargs)
+    for name, value in open_options(decoder).items():
+        if name in out and out[name] != value:
+            raise OptionError(
+                f"{where or 'get_train_dataset'}: {name}={out[name]!r} contradicts the task encoder's decoder "
+                f"{decoder!r} (which asks for {name}={value!r}); give one of them"
+            )
+        out[name] = value
+    return out
+
+
+_NO_DECODER = object()
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:

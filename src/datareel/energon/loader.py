@@ -39,6 +39,7 @@ from .spec import DatasetSpec, Repeat, WorkerConfig
 from .states import batch_size_mismatch, one_state, state_to_adopt
 from .stream import LoaderStream, one_pass
 from .task_encoder.base import DefaultTaskEncoder
+from .task_encoder.cooking import bind_cookers
 from .task_encoder.position import stamp
 from .unbatched import Group, Unbatched
 from .val import ValPlan
@@ -72,6 +73,7 @@ class EnergonLoader:
         # Energon's default task encoder: typed samples batched into their own type, as Energon gives them
         user = spec.task_encoder if spec.task_encoder is not None else DefaultTaskEncoder()
         stamp(user, step_shape=(micro, micro * config.world_size), cache_pool=spec.cache_pool)
+        bind_cookers(user, spec.cache_pool)  # aux stores, primary and cache pool for @cooker(need_*=) cookers
         encoder = Unbatched(user, online=online) if spec.batch_size is None else user
         dataset = spec.dataset if spec.dataset is not None else spec.path
         self.spec, self.worker_config = spec, config

@@ -64,8 +64,14 @@ class LoaderOptions:
 
 
 def default_handler(handler: Any, worker_config: Any) -> Any:
-    """``handler=`` when given, else the worker config's ``global_error_handler`` (Energon's default)."""
-    return handler if handler is not None else getattr(worker_config, "global_error_handler", None)
+    """``handler=`` when given (datareel's ``(exception, key[, sources])``), else the worker config's
+    ``global_error_handler`` (Energon's default) called as Energon calls it, ``(exception, sample, sources)``
+    (:func:`datareel.energon.worker.datareel_error_handler`)."""
+    if handler is not None:
+        return handler
+    from .worker import datareel_error_handler
+
+    return datareel_error_handler(getattr(worker_config, "global_error_handler", None))
 
 
 def sample_type_names(dataset: Any) -> list[str]:
