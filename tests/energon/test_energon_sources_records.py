@@ -181,9 +181,6 @@ def test_jsonl_record_helper_is_energons(lines):
         assert records == (_plain(jsonl_source_info(lines, int(key))),)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="formats/jsonl/reader.py (not lane S's file) does not yet put jsonl_source_info on its samples"
-)
 def test_jsonl_lines_carry_energons_records(lines):
     ours = _by_key(_loader(den, lines, task_encoder=_passthrough(den)))
     assert ours == _by_key(_loader(me, lines, task_encoder=_passthrough(me)))
@@ -198,3 +195,32 @@ def test_records_of_a_sample_by_index_through_views_without_decoding(typed):
     for i in range(len(view)):
         assert source_info_of(view, i) == view.read(i).__sources__ == source.read(i + 3).__sources__
     assert source_info_of(datareel.from_sequence([{"a": 1}]), 0) is None
+
+
+def test_an_error_handler_is_told_the_failing_samples_records_as_by_energon(plain):
+    """Megatron's handler ``(exception, sample, sources)`` (``WorkerConfig(global_error_handler=)``): the sample's
+    key and its ``SourceInfo`` records, the same from both libraries, for a sample whose encoding fails."""
+
+    def failing(lib):
+        class Fails(lib.DefaultTaskEncoder):
+            def encode_sample(self, sample):
+                if sample.__key__ == "s00003":
+                    raise ValueError("cannot encode")
+                return sample
+
+        return Fails()
+
+    told = {}
+    for lib in (me, den):
+        seen = told.setdefault(lib.__name__, [])
+        config = lib.WorkerConfig(
+            rank=0, world_size=1, num_workers=0, global_error_handler=lambda e, s, src, seen=seen: seen.append((s, src))
+        )
+        ds = lib.get_val_dataset(
+            str(plain), split_part="train", worker_config=config, batch_size=None, task_encoder=failing(lib)
+        )
+        extra = {"watchdog_timeout_seconds": None} if lib is me else {}
+        list(lib.get_loader(ds, **extra))
+    theirs, ours = told["megatron.energon"], told["datareel.energon"]
+    assert [s.__key__ for s, _ in theirs] == [s.__key__ for s, _ in ours] == ["s00003"]
+    assert [_plain(r) for r in ours[0][1]] == [_plain(r) for r in theirs[0][1]]
