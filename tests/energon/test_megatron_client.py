@@ -1,4 +1,5 @@
-"""Acceptance: a Megatron-style Energon client (examples/energon_vlm_client.py) runs on Energon 7.4.1 and,
+"""Acceptance: a Megatron-style Energon client (examples/energon_vlm_client.py, in the form of Megatron-LM's newer
+multimodal provider: FileStoreCachePool, SourceInfo, WorkerConfig error handlers) runs on Energon 7.4.1 and,
 with only its megatron.energon imports switched and global_batch_size added, on datareel: saved on 2 ranks through
 per-rank state files, it resumes on 1 and on 4 ranks (other worker counts) with the uninterrupted run's
 global batches, with packing off and on."""
@@ -9,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -121,6 +123,8 @@ def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(
     assert len(reference) == 7 and sorted((first / "state").iterdir())
     keys = [k for b in reference for r in b for key in r["keys"] for k in key.split(",")]
     assert f"sample {damaged} failed" in stdout and damaged not in keys and len(set(keys)) == len(train) - 1
+    # the newer provider's handler (exception, sample, sources) is told where the sample was read
+    assert re.search(rf"sample {damaged} failed: .*\(read from \S+:shard-\d\.tar#\d+\)", stdout), stdout[-2000:]
     if pack:
         assert any("," in k for b in reference for r in b for k in r["keys"])
     evals = json.loads((first / "val-0.json").read_text())

@@ -97,7 +97,9 @@ class EncoderPlanner(WindowPlanner):
             where = maker._where(position, source_id, index)
             if not sample_failure(exc) or (maker.options.handler is None and maker.options.on_error == "raise"):
                 raise DatareelError(f"planning window {window}: {where} failed: {exc!r}") from exc
-            failures.append((picklable(exc), maker._key(source_id, index)))
+            failed = picklable(exc)
+            failed.__datareel_sources__ = maker._records(source_id, index)  # type: ignore[attr-defined]  # handlers
+            failures.append((failed, maker._key(source_id, index)))
             return []
 
     def report(self, window: int, plan: WindowPlan) -> None:
