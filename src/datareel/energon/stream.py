@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..blend.tree import Blend
 from ..errors import BatchError
 from ..loader import Loader
 from .loader_restore import next_span, stamp_key, val_key
 from .passes import Passes
 from .unbatched import unwrap
-from .val import ValPlan
+from .val import ValPlan, worker_slices
 
 
 class LoaderStream:
@@ -21,8 +22,8 @@ class LoaderStream:
     next pass makes a fresh one from that cursor (after a :class:`~datareel.BatchError`, which counts as
     consumed, the iterator goes on)."""
 
-    def __init__(self, loader: Loader, start: dict[str, Any]):
-        self.loader, self.start = loader, start
+    def __init__(self, loader: Loader, start: dict[str, Any], num_workers: int = 0):
+        self.loader, self.start, self.num_workers = loader, start, num_workers
         self.iterator: Any = None
 
     def run(self) -> Any:
@@ -51,8 +52,19 @@ class LoaderStream:
         loader = self.loader
         length = loader.length if loader.length is not None else loader.plan.epoch_length
         if length is None:
-            raise TypeError("a weighted blend is endless: set virtual_epoch_length to give the loader a length")
+            return weighted_blend_length(loader, self.num_workers)
         return loader.layout.rank_steps(loader.rank, length)
+
+
+def weighted_blend_length(loader: Loader, num_workers: int) -> int:
+    """Energon's ``len`` of an endless weighted blend: weights aside, each of the rank's workers' share of
+    every dataset blended (:func:`.val.worker_slices`, Energon's split), cut into batches, summed over the
+    workers.  A number to report (Energon's), not where the endless pass ends."""
+    dataset = loader.dataset
+    leaves = dataset.leaves() if isinstance(dataset, Blend) else [dataset]
+    slices = worker_slices([len(leaf) for leaf in leaves], loader.world_size, loader.rank, num_workers)
+    micro = loader.micro_batch_size
+    return sum(-(-piece.size // micro) for piece in slices)
 
 
 def one_pass(owner: Any, val: ValPlan | None, passes: Passes, token: object) -> Any:
