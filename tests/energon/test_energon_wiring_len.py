@@ -50,3 +50,37 @@ def test_the_loader_has_the_same_length_and_stays_endless(blend):
     loader = den.get_loader(dataset, watchdog_timeout_seconds=None)
     assert len(loader) == len(dataset) == 23  # (23 + 17 + 6) samples in batches of 2
     assert len([b for _, b in zip(range(60), loader)]) == 60  # a number to report; the pass goes on
+
+
+def _packer(lib):
+    class Packer(lib.DefaultTaskEncoder):
+        def select_samples_to_pack(self, samples):
+            return [samples[i : i + 3] for i in range(0, len(samples), 3)]
+
+        @lib.stateless
+        def pack_selected_samples(self, samples):
+            return lib.TextSample.derive_from(samples[0], text="|".join(s.text for s in samples))
+
+        def batch(self, samples):
+            return samples
+
+    return Packer()
+
+
+@pytest.mark.workers  # online packing plans its windows in a planning process
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_packed_loaders_len_is_energons_estimate_from_its_inputs(blend, workers):
+    path = blend.parent / "a"
+    got = {}
+    for lib in (me, den):
+        config = lib.WorkerConfig(rank=0, world_size=1, num_workers=workers)
+        dataset = lib.get_val_dataset(
+            str(path),
+            split_part="train",
+            worker_config=config,
+            batch_size=2,
+            packing_buffer_size=6,
+            task_encoder=_packer(lib),
+        )
+        got[lib.__name__] = len(dataset)
+    assert got["datareel.energon"] == got["megatron.energon"] == 12  # 23 inputs in batches of 2, packs aside

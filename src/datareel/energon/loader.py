@@ -127,7 +127,7 @@ class EnergonLoader:
                 stage=_stage(spec),
             )
             # passes start where it was built
-            self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers)
+            self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers, online)
             self._restorer = SampleRestorer(self.loader, encoder, config.seed_offset, on_error, spec.handler)
             bases = [self._stream]  # datareel's order is the rank's, whatever its workers
         self._passes = Passes([self._wrapped(base, w, len(bases)) for w, base in enumerate(bases)])

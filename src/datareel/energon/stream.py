@@ -22,8 +22,8 @@ class LoaderStream:
     next pass makes a fresh one from that cursor (after a :class:`~datareel.BatchError`, which counts as
     consumed, the iterator goes on)."""
 
-    def __init__(self, loader: Loader, start: dict[str, Any], num_workers: int = 0):
-        self.loader, self.start, self.num_workers = loader, start, num_workers
+    def __init__(self, loader: Loader, start: dict[str, Any], num_workers: int = 0, packing: bool = False):
+        self.loader, self.start, self.num_workers, self.packing = loader, start, num_workers, packing
         self.iterator: Any = None
 
     def run(self) -> Any:
@@ -49,17 +49,20 @@ class LoaderStream:
         self.loader.load_state_dict(self.start)
 
     def length(self) -> int:
+        """Energon's ``len_worker``: the batches of a pass; with online packing, or of an endless weighted
+        blend, Energon's estimate (:func:`energon_length`)."""
         loader = self.loader
         length = loader.length if loader.length is not None else loader.plan.epoch_length
-        if length is None:
-            return weighted_blend_length(loader, self.num_workers)
+        if length is None or self.packing:
+            return energon_length(loader, self.num_workers)
         return loader.layout.rank_steps(loader.rank, length)
 
 
-def weighted_blend_length(loader: Loader, num_workers: int) -> int:
-    """Energon's ``len`` of an endless weighted blend: weights aside, each of the rank's workers' share of
-    every dataset blended (:func:`.val.worker_slices`, Energon's split), cut into batches, summed over the
-    workers.  A number to report (Energon's), not where the endless pass ends."""
+def energon_length(loader: Loader, num_workers: int) -> int:
+    """Energon's ``len`` where it counts input samples: each of the rank's workers' share of every dataset
+    read (:func:`.val.worker_slices`, Energon's split; a weighted blend's weights aside, online packing's packs
+    not planned), cut into batches, summed over the workers.  A number to report, as Energon's is: an
+    endless blend goes on, and a packed pass yields what its packs make."""
     dataset = loader.dataset
     leaves = dataset.leaves() if isinstance(dataset, Blend) else [dataset]
     slices = worker_slices([len(leaf) for leaf in leaves], loader.world_size, loader.rank, num_workers)
