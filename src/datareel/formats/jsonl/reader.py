@@ -88,7 +88,6 @@ class JsonlSource(Source):
         return Sample(
             __key__=str(index),
             json=parse_json(blob, where, start, f"re-index with `datareel prepare {self.path}`"),
-            __sources__=(jsonl_source_info(self._url, index),),
         )
 
     def source_info(self, index: int) -> SourceInfo:
