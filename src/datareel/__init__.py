@@ -39,8 +39,9 @@ The layers (a module imports only from the ones listed above it; docs/architectu
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 # Each public name and the module that defines it. Imported on first use (PEP 562), so that
 # `import datareel.cli` and `datareel --help` do not pay for torch: `datareel.Loader` and
@@ -106,17 +107,7 @@ if TYPE_CHECKING:
     from .sources.filters import SampleMeta, filter
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'datareel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # the next access is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
 
 
 __version__ = "0.1.0"

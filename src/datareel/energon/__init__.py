@@ -16,10 +16,8 @@ path as Energon's (``datareel.energon.cache``, ``.flavors``, ``.metadataset``, `
 the ones not eagerly imported below load on first use (:data:`_LAZY`).
 """
 
-import importlib
-from typing import Any
-
 from ..errors import SkipSample
+from ..lazy import lazy_names
 from ..sources.typed import (
     CaptioningSample,
     ImageClassificationSample,
@@ -149,17 +147,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'datareel.energon' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # the next access is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
 
 
 __all__ = [

@@ -4,9 +4,7 @@ Each name loads on first use from the facade module of Energon's path (:data:`_L
 types are datareel's own (:mod:`datareel.sources.typed`).
 """
 
-import importlib
-from typing import Any
-
+from ...lazy import lazy_names
 from ...sources.typed import (
     CaptioningSample,
     ImageClassificationSample,
@@ -55,17 +53,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'datareel.energon.flavors' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
 
 
 __all__ = [

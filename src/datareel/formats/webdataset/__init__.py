@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...lazy import lazy_names
 from ...storage.path import as_path
 from ..base import Format
 
@@ -137,10 +138,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:  # the reader and writers, imported on first use
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_names(__name__, globals(), _LAZY)[0]  # the reader and writers, imported on first use
