@@ -23,6 +23,11 @@ class ExecOptions:
     on_error: str = "raise"
     max_length: int | None = None
     handler: Callable[[Exception, str], Any] | None = None
+    read_blocks: tuple[tuple[int, int], ...] = ()
+    """``(source id, samples per block)`` of each source the block shuffle reads in blocks
+    (:class:`datareel.BlockShuffle`); sources not listed are read sample by sample."""
+    map_threads: int = 0
+    """Threads per process for the per-sample stage (read, decode, ``encode_sample``); 0: in the calling thread."""
 
     @classmethod
     def of(cls, seed: int, reseed_global: Any, on_error: Any, packing: Any, handler: Any = None) -> ExecOptions:
