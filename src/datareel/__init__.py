@@ -11,6 +11,7 @@ The public API::
     datareel.Loader(dataset, global_batch_size=..., micro_batch_size=..., ...)
     datareel.RampUp(start, increment, ramp_samples, final)   # Megatron's batch-size ramp-up: global_batch_size=
     datareel.Packing(max_length, ...)       # length-planned packing: Loader(packing=...)
+    datareel.BlockShuffle(block=16)         # the locality shuffle (whole blocks per read): Loader(shuffle=...)
     datareel.WindowedStage(window, pack)    # generator encoders, online packing: Loader(stage=...)
     datareel.sample_rng()                   # per-sample RNG inside encode_sample
     datareel.sample_torch_generator()       # the same, as a torch.Generator
@@ -73,6 +74,7 @@ _LAZY = {
     "GlobalBatch": ".loader",
     "Loader": ".loader",
     "RampUp": ".plan.schedule",
+    "BlockShuffle": ".plan.blocks",
     "Packing": ".reel",
     "WindowedStage": ".reel",
     "Source": ".sources",
@@ -101,6 +103,7 @@ if TYPE_CHECKING:
     )
     from .execute import DefaultTaskEncoder, TaskEncoder, sample_rng, sample_torch_generator
     from .loader import GlobalBatch, Loader
+    from .plan.blocks import BlockShuffle
     from .plan.schedule import RampUp
     from .reel import Packing, WindowedStage
     from .sources import Source, from_sequence
@@ -115,6 +118,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchError",
     "Blend",
+    "BlockShuffle",
     "DatareelError",
     "DatasetChangedError",
     "DatasetError",

@@ -17,7 +17,9 @@ from .blend.tree import Blend
 from .errors import check_int
 from .execute.workers import WorkerOptions
 from .pipeline import build
+from .plan.blocks import BlockShuffle
 from .plan.layout import Layout
+from .plan.locality import with_blocks
 from .plan.nodes import ReelPlan
 from .plan.schedule import BatchSchedule, RampUp
 from .reel import Packing, Stage, WindowedStage
@@ -51,7 +53,7 @@ def assemble(
     global_batch_size: int | RampUp | Sequence[tuple[int, int]] | BatchSchedule,
     micro_batch_size: int,
     seed: int,
-    shuffle: bool,
+    shuffle: bool | BlockShuffle,
     rank: int | None,
     world_size: int | None,
     num_workers: int,
@@ -72,9 +74,11 @@ def assemble(
     """The parts of ``Loader(dataset, **arguments)`` (see :class:`~datareel.Loader` for each argument)."""
     if not isinstance(dataset, (Source, Blend)):
         dataset = from_sequence(dataset)
-    recipe = Recipe(dataset, check_int(seed, "seed", maximum=(1 << 64) - 1), bool(shuffle))
+    seed = check_int(seed, "seed", maximum=(1 << 64) - 1)
     rank, world_size = dist.rank_and_world(rank, world_size, data_parallel_group)
     layout = Layout(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, world_size=world_size)
+    blocks = shuffle.resolved(layout.schedule.common_divisor(0)) if isinstance(shuffle, BlockShuffle) else None
+    recipe = Recipe(dataset, seed, True if blocks is not None else bool(shuffle), blocks)
     workers = WorkerOptions(
         num_workers=num_workers,
         prefetch_factor=prefetch_factor,
@@ -84,6 +88,8 @@ def assemble(
         multiprocessing_context=multiprocessing_context,
     )
     plan, sources = build_plan(dataset, seed=recipe.seed, shuffle=recipe.shuffle)
+    if blocks is not None:
+        plan = with_blocks(plan, blocks)
     pipeline = build(
         plan,
         sources,

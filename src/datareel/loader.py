@@ -15,6 +15,7 @@ from .blend.tree import Blend
 from .groups import GlobalBatch, global_batches
 from .iteration import Driver, LoaderIterator
 from .iteration import answer_from_run as _of_run
+from .plan.blocks import BlockShuffle
 from .plan.schedule import BatchSchedule, RampUp
 from .reel import Packing, Stage, WindowedStage
 from .sources.base import Source
@@ -64,7 +65,7 @@ class Loader:
         global_batch_size: int | RampUp | Sequence[tuple[int, int]] | BatchSchedule,
         micro_batch_size: int,
         seed: int = 0,
-        shuffle: bool = True,
+        shuffle: bool | BlockShuffle = True,
         rank: int | None = None,
         world_size: int | None = None,
         num_workers: int = 0,

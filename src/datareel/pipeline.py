@@ -12,6 +12,7 @@ alike.  The :class:`~datareel.Loader` calls :func:`build` and never asks which k
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder
 from .execute.planner import EncoderPlanner
 from .execute.workers import check_picklable
+from .plan.locality import read_blocks
 from .plan.nodes import ReelPlan
 from .reel import Packing, Reel, Stage, StageContext, WindowedStage, WindowPlanner, check_options, make_reel
 from .sources.base import Source
@@ -63,6 +65,7 @@ def build(
             )
         stage = WindowedStage()
     options = ExecOptions.of(seed, reseed_global_rng, on_error, packing, error_handler)
+    options = dataclasses.replace(options, read_blocks=tuple(sorted(read_blocks(plan).items())))  # BlockShuffle
     maker = BatchMaker(sources, encoder, options)
     chosen = packing if packing is not None else stage
     planner: WindowPlanner | None = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import OptionError, check_int
+from .plan.blocks import BlockShuffle
 from .plan.layout import Layout
 from .plan.schedule import BatchSchedule
 from .reel import Cursor, Reel, Step
@@ -27,11 +28,13 @@ from .state import make_state
 @dataclass(frozen=True)
 class Recipe:
     """What a run's reel is made of, as a restore must find it again: the dataset (a :class:`~datareel.Source`
-    or blend, whose ``fingerprint()`` the state records), the seed and whether the reel is shuffled."""
+    or blend, whose ``fingerprint()`` the state records), the seed, whether the reel is shuffled and, for the
+    block (locality) shuffle, its resolved options."""
 
     dataset: Any
     seed: int
     shuffle: bool
+    blocks: BlockShuffle | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,8 @@ class Run:
             "global_batch_size": (layout or self.layout).schedule.spec(),
             "dataset": recipe.dataset.fingerprint(),
         }
+        if recipe.blocks is not None:  # absent for the full shuffle: states from before it keep their bytes
+            spec["locality"] = recipe.blocks.to_json()
         own = self.reel.spec()
         clash = sorted(set(own) & set(spec))
         if clash:  # a stage's spec() must not overwrite what keys the reel itself

@@ -28,7 +28,7 @@ GOLDEN_STATES = [
 ]
 
 
-FIELDS_ORDER = ["seed", "shuffle", "global_batch_size", "dataset", "packing", "stage"]
+FIELDS_ORDER = ["seed", "shuffle", "global_batch_size", "dataset", "locality", "packing", "stage"]
 
 
 def loader(**options):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .blocks import BlockOrder, block_indices
 from .epochs import LeafTable, source_indices
 from .over_epochs import over_epochs_indices, pass_length
 from .rng import name_key
@@ -33,15 +34,18 @@ class LeafNode:
     seed: int
     shuffle: bool
     epochs: int = 1  # shuffled over this many epochs at once (-1: with replacement; see .over_epochs)
+    blocks: BlockOrder | None = None  # the block (locality) shuffle's order of each epoch (see .blocks)
 
     @property
     def per_epoch(self) -> bool:
-        """Whether each epoch is its own permutation (or none): what :class:`LeafTable` resolves."""
-        return self.epochs == 1 or not self.shuffle
+        """Whether each epoch is its own full permutation (or none): what :class:`LeafTable` resolves."""
+        return self.blocks is None and (self.epochs == 1 or not self.shuffle)
 
     def resolve(self, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """j: int64[k] -> (leaf ids int32[k], sample indices int64[k])."""
-        if self.per_epoch:
+        if self.blocks is not None:
+            idx = block_indices(j, self.size, self.blocks, seed=self.seed, source_key=self.key)
+        elif self.per_epoch:
             idx = source_indices(j, self.size, seed=self.seed, source_key=self.key, shuffle=self.shuffle)
         else:
             idx = over_epochs_indices(j, self.size, seed=self.seed, source_key=self.key, epochs=self.epochs)

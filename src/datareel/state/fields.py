@@ -99,6 +99,13 @@ def _packing(spec: dict[str, Any]) -> None:
     expect(packing, "length", "spec.packing", _is_length, '"index", "bytes" or {"function", "module", "lengths"}')
 
 
+def _locality(spec: dict[str, Any]) -> None:
+    value = spec["locality"]
+    expect(spec, "locality", "spec", _is_dict, "a dict (the block shuffle's block, period and window)")
+    for key, high in (("block", 1 << 20), ("period", 1 << 40), ("window", 1 << 10)):
+        expect(value, key, "spec.locality", _is_int(1, high), f"an integer in [1, {high}]")
+
+
 def _stage(spec: dict[str, Any]) -> None:
     stage = spec["stage"]
     expect(spec, "stage", "spec", _is_dict, "a dict")
@@ -151,6 +158,15 @@ FIELDS: tuple[Field, ...] = (
         "and counts, and items of a sequence changed only at positions that are not sampled",
     ),
     Field(
+        "locality",
+        False,
+        _locality,
+        "the order of the reel: the block shuffle (datareel.BlockShuffle) with another block, period or window, "
+        "or the full shuffle instead of it, would put other samples at the same positions, repeating some and "
+        "skipping others. To resume, pass the saved block, period and window (BlockShuffle(block=..., "
+        "period=..., window=...)), or the full shuffle where the state has no 'locality'",
+    ),
+    Field(
         "packing",
         False,
         _packing,
@@ -175,6 +191,7 @@ VERSION_PROTECTS = "the state layout this datareel reads; an unknown layout cann
 GUARANTEES: dict[str, str] = {
     "version": VERSION_PROTECTS,
     **{name: BY_NAME[name].protects for name in ("seed", "shuffle", "dataset", "global_batch_size", "packing")},
+    "locality": BY_NAME["locality"].protects,
     "stage": BY_NAME["stage"].protects,
 }
 """What each spec field (and the state's ``version``) protects; quoted in StateMismatchError messages."""

@@ -42,6 +42,8 @@ class Spec:
     """The schedule's JSON form (:meth:`datareel.plan.schedule.BatchSchedule.to_json`): an int when constant."""
     dataset: Any
     """The dataset tree's fingerprint (``name``, ``size``, ``digest``, and ``sources``, ``content``)."""
+    locality: Any = None
+    """The block shuffle's ``{"block", "period", "window"}`` (:class:`datareel.BlockShuffle`), or ``None``."""
     packing: Any = None
     """Length-planned packing's options (:class:`datareel.Packing`'s JSON form), or ``None``."""
     stage: Any = None
