@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ..formats.join import NONMATCH, Column, JoinIndex, index_path, prepare_join
-from ..formats.metafiles import check_keys
+from ..formats.join import NONMATCH, Column, JoinIndex, clashes, energon_index_path, index_path, prepare_join
+from ..formats.metafiles import check_keys, load_file
 
 JOIN_KEYS = ("join", "joiner", "split_part", "subflavors", "shuffle_over_epochs_multiplier", "subset")
 """Keys of a join node (besides its ``weight`` / ``repetitions`` in a blend)."""
@@ -104,6 +104,54 @@ def columns_of(node: dict, yaml_path: Path, split: str, where: str) -> list[Colu
     return out
 
 
+def file_joins(yaml_path: Path) -> list[tuple[list[Column], str]]:
+    """Every join the metadataset file at ``yaml_path`` defines, in any split, as ``(columns, where)``
+    (joins in the files it includes have their own cache; a join whose datasets cannot be read is left
+    out, and named when it is loaded or prepared).  Two of them may clash on Energon's index name."""
+    try:
+        config = load_file(Path(yaml_path), "metadataset", fix="fix the metadataset YAML")
+    except DatasetError:
+        return []
+    splits = config.get("splits") if isinstance(config, dict) else None
+    out: list[tuple[list[Column], str]] = []
+
+    def walk(node: Any, split: str, where: str) -> None:
+        if not isinstance(node, dict):
+            return
+        if "join" in node:
+            try:
+                out.append((columns_of(node, yaml_path, node.get("split_part") or split, where), where))
+            except DatasetError:
+                pass
+            return
+        for kind in ("blend", "blend_epochized"):
+            items = node.get(kind)
+            for i, item in enumerate(items if isinstance(items, list) else ()):
+                walk(item, split, f"{where}.{kind}[{i}]")
+
+    for split, node in (splits if isinstance(splits, dict) else {}).items():
+        if isinstance(split, str):
+            walk(node, split, f"splits.{split}")
+    return out
+
+
+def join_index(yaml_path: Path, columns: list[Column], where: str) -> JoinIndex:
+    """The prepared join index of ``columns`` (the join at ``where``); an index Energon wrote under its
+    shared name for a join that clashes with another of the file is refused, naming both."""
+    others = file_joins(yaml_path)
+    path = index_path(cache_dir(yaml_path), columns, others)
+    shared = energon_index_path(cache_dir(yaml_path), columns)
+    if path != shared and not path.is_file() and shared.is_file():
+        raise DatasetError(
+            f"{yaml_path}: {where} and {', '.join(clashes(columns, others))} join the same datasets but read other "
+            f"split parts, and Energon names their join index alike ({shared.name}, without the split): that file "
+            f"holds one of them only, so the others would read its rows. datareel names each by its split: "
+            f"prepare the metadataset with datareel (datareel.energon.metadataset.loader.prepare_metadataset, or "
+            f"the facade's `energon prepare` on the YAML)"
+        )
+    return JoinIndex(path)
+
+
 def resolve_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = None) -> tuple[Callable[..., Any], str]:
     """The joiner a YAML names -> (callable, ``"module.name"``); see the module doc."""
     from ..sources.joined import sample_joiner
@@ -170,7 +218,7 @@ def open_join(
         at = {shard: s for s, shard in enumerate(source.shards)}
         parts.append(np.array([at.get(shard, -1) for shard in files], dtype=np.int64))
         sources.append(source)
-    index = JoinIndex(index_path(cache_dir(yaml_path), columns))
+    index = join_index(yaml_path, columns, where)
     names = tuple(name for name, _ in pairs) if named else None
     title = f"join({','.join(str(item['path']) for _, item in pairs)})"
     return JoinedSource(sources, index, parts, joiner, names=names, name=title, joiner_name=label)
@@ -181,8 +229,9 @@ def prepare_joins(yaml_path: Path, nodes: list[tuple[dict, str, str]]) -> list[P
     is not prepared yet, then remove every other file of its cache directory (Energon's cleanup) ->
     the indexes."""
     written = []
+    others = file_joins(yaml_path)
     for node, split, where in nodes:
-        path, _ = prepare_join(cache_dir(yaml_path), columns_of(node, yaml_path, split, where))
+        path, _ = prepare_join(cache_dir(yaml_path), columns_of(node, yaml_path, split, where), others)
         written.append(path)
     folder = cache_dir(yaml_path)
     if folder.is_dir():
