@@ -70,6 +70,7 @@ def assemble(
     reseed_global_rng: bool,
     on_error: str,
     error_handler: Any,
+    map_threads: int = 0,
 ) -> Parts:
     """The parts of ``Loader(dataset, **arguments)`` (see :class:`~datareel.Loader` for each argument)."""
     if not isinstance(dataset, (Source, Blend)):
@@ -104,6 +105,7 @@ def assemble(
         error_handler=error_handler,
         num_workers=num_workers,
         multiprocessing_context=multiprocessing_context,
+        map_threads=map_threads,
     )
     run = Run.start(pipeline.reel, layout, recipe)
     return Parts(run, pipeline.maker, rank, data_parallel_group, bool(repeat), workers, plan, sources, packing)

@@ -48,7 +48,8 @@ class Loader:
     handler and leaves the micro-batch unconsumed (``iter(loader)`` makes it again), and a shard truncated or
     changed since ``prepare`` raises :class:`~datareel.BatchError`; ``num_workers``, ``prefetch_factor``,
     ``pin_memory``, ``persistent_workers``, ``multiprocessing_context`` and ``timeout`` go to the
-    ``torch.utils.data.DataLoader`` and may change freely between save and restore.
+    ``torch.utils.data.DataLoader`` and may change freely between save and restore, as may ``map_threads``:
+    threads per process making the samples (read, decode, ``encode_sample``) in order (docs/task-encoders.md).
 
     Example::
 
@@ -82,6 +83,7 @@ class Loader:
         reseed_global_rng: bool = False,
         on_error: str = "raise",
         error_handler: Any = None,
+        map_threads: int = 0,
     ):
         p = assemble(**{name: value for name, value in locals().items() if name != "self"})  # every argument
         self.dataset, self.seed, self.shuffle = p.dataset, p.run.recipe.seed, p.run.recipe.shuffle

@@ -20,6 +20,7 @@ from .errors import OptionError
 from .execute.batch import BatchMaker, ExecOptions
 from .execute.encoder import ResolvedEncoder
 from .execute.planner import EncoderPlanner
+from .execute.threads import check_map_threads
 from .execute.workers import check_picklable
 from .plan.locality import read_blocks
 from .plan.nodes import ReelPlan
@@ -50,6 +51,7 @@ def build(
     error_handler: Any,
     num_workers: int,
     multiprocessing_context: Any,
+    map_threads: int = 0,
 ) -> Pipeline:
     """The reel and batch maker for these options (refusing options that do not go together), checked to
     pickle when they will be sent to other processes."""
@@ -65,6 +67,8 @@ def build(
             )
         stage = WindowedStage()
     options = ExecOptions.of(seed, reseed_global_rng, on_error, packing, error_handler)
+    threads = check_map_threads(map_threads, options.reseed_global, encoder.reseeds)  # execute/threads.py
+    options = dataclasses.replace(options, map_threads=threads)
     options = dataclasses.replace(options, read_blocks=tuple(sorted(read_blocks(plan).items())))  # BlockShuffle
     maker = BatchMaker(sources, encoder, options)
     chosen = packing if packing is not None else stage

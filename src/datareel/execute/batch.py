@@ -41,6 +41,7 @@ from ..sources.source_info import source_info_of
 from .encoder import ResolvedEncoder
 from .options import ON_ERROR, ExecOptions
 from .randomness import sample_context
+from .threads import Outcome, ThreadMap, planned_stages
 
 __all__ = ["ON_ERROR", "SUBSTITUTE_ATTEMPTS", "BatchMaker", "ExecOptions"]  # ExecOptions: its import path before
 log = logging.getLogger("datareel")
@@ -56,6 +57,7 @@ class BatchMaker(Dataset):
         self.encoder = encoder
         self.options = options
         self._ready: dict[tuple[int, int], Any] = {}  # (source, index) -> raw sample read with its micro-batch
+        self.threads = ThreadMap(options.map_threads) if options.map_threads else None  # the threaded map
 
     # -- one sample -------------------------------------------------------------------------------
     def _read(self, source_id: int, index: int) -> Any:
@@ -91,9 +93,10 @@ class BatchMaker(Dataset):
         with sample_context(self.options.seed, (position << 32) | output, reseed_global=reseed, domain=DOMAIN_POST):
             return self.encoder.post(sample)
 
-    def sample(self, position: int, source_id: int, index: int) -> Any:
+    def sample(self, position: int, source_id: int, index: int, made: Outcome | None = None) -> Any:
+        """The sample at ``position`` under the error policy (``made``: its first attempt, made by a thread)."""
         try:
-            return self._attempt(position, source_id, index)
+            return self._attempt(position, source_id, index) if made is None else made.get()
         except Exception as exc:
             if not sample_failure(exc):  # the machine, the store or the dataset: never substituted or handled
                 raise self.refused(position, source_id, index, exc) from exc
@@ -202,8 +205,24 @@ class BatchMaker(Dataset):
                 if sample is not None:
                     self._ready[source_id, index] = sample
 
+    def read_ahead(self, source_ids: np.ndarray, indices: np.ndarray) -> None:
+        """Before the samples ``indices`` of ``source_ids`` (int64[k]) are made: :meth:`prefetch`; with the
+        threaded map, only the samples of sources in buckets are fetched so (their bytes together; each is decoded
+        by its thread), the others are read by the threads, and each source is first used in this process by the
+        calling thread (a reader makes its per-process handles then, before threads share them)."""
+        if self.threads is None:
+            return self.prefetch(source_ids, indices)
+        for source_id, index in zip(source_ids.tolist(), indices.tolist()):
+            if self.threads.first_use(source_id):
+                try:
+                    self.sources[source_id].key(index)
+                except Exception:  # the read tells, under the error policy
+                    pass
+        fetched = np.asarray([self.sources[s].prefetches for s in source_ids.tolist()], dtype=bool)  # (k,)
+        self.prefetch(source_ids[fetched], indices[fetched])
+
     def _make(self, desc: Descriptor) -> Any:
-        self.prefetch(desc.source_ids, desc.indices)
+        self.read_ahead(desc.source_ids, desc.indices)
         units = self._units(desc, self._members(desc))
         reseed = bool({"batch", "encode_batch"} & self.encoder.reseeds)
         with sample_context(self.options.seed, int(desc.units[0]), pack=True, reseed_global=reseed):
@@ -227,20 +246,34 @@ class BatchMaker(Dataset):
         first stage (each input encoded once), then ``postencode_sample``; cut where ``truncate`` says."""
         made: dict[int, list[Any]] = {}  # position -> its first stage's outputs (planned members)
         cut = getattr(self.encoder.encoder, "truncate_sample", None)
+        members = list(zip(desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist()))
+        outputs = desc.outputs.tolist()
+        threaded = self._threaded(members, outputs, desc.planned)
         out = []
-        for p, s, i, k, t in zip(
-            desc.positions.tolist(), desc.source_ids.tolist(), desc.indices.tolist(), desc.outputs.tolist(),
-            desc.truncate.tolist(),
-        ):  # fmt: skip
-            sample = self._planned(made, p, s, i, k) if desc.planned else self.sample(p, s, i)
+        for j, ((p, s, i), k, t) in enumerate(zip(members, outputs, desc.truncate.tolist())):
+            if desc.planned:
+                sample = self._planned(made, p, s, i, k, threaded)
+            else:
+                sample = self.sample(p, s, i, threaded[j] if threaded is not None else None)
             out.append(cut(sample, self.options.max_length) if t else sample)
         return out
 
-    def _planned(self, made: dict[int, list[Any]], p: int, s: int, i: int, k: int) -> Any:
-        """Output ``k`` of input ``p``'s first stage, post-encoded, as the window's plan found it."""
+    def _threaded(self, members: list[tuple[int, int, int]], outputs: list[int], planned: bool) -> Any:
+        """With the threaded map, each member's first attempt, made by the threads: an :class:`Outcome` per
+        member; planned, per input position, the first stage's and each wanted output's ``postencode_sample``
+        outcomes. ``None`` without threads (each is made when the member is taken, in this thread)."""
+        if self.threads is None:
+            return None
+        if not planned:
+            return self.threads.map(lambda m: self._attempt(*m), members)
+        return planned_stages(self.threads, self.first_stage, self.post, members, outputs)
+
+    def _planned(self, made: dict[int, list[Any]], p: int, s: int, i: int, k: int, threaded: Any = None) -> Any:
+        """Output ``k`` of input ``p``'s first stage, post-encoded, as the window's plan found it (``threaded``:
+        both made by the threads, see :meth:`_threaded`)."""
         if p not in made:
             try:
-                made[p] = self.first_stage(p, s, i)
+                made[p] = self.first_stage(p, s, i) if threaded is None else threaded[p][0].get()
             except Exception as exc:
                 if not sample_failure(exc):
                     raise self.refused(p, s, i, exc) from exc
@@ -250,7 +283,7 @@ class BatchMaker(Dataset):
                 f"{self._where(p, s, i)}: the encoder gave {len(made[p])} outputs in a worker but more when the "
                 f"window was planned; encode_sample must depend only on the sample and its seeded randomness"
             )
-        return self.post(p, k, made[p][k])
+        return self.post(p, k, made[p][k]) if threaded is None else threaded[p][1][k].get()
 
     def _units(self, desc: Descriptor, members: list[Any]) -> list[Any]:
         """Each unit: its members through ``pack_selected_samples`` (a pack, under the unit's seed), else its

@@ -31,6 +31,7 @@ from ..reel.units import Units
 from ..reel.windowed import WindowedStage
 from .batch import BatchMaker
 from .randomness import sample_context
+from .threads import Outcome
 
 log = logging.getLogger("datareel")
 #: Window inputs announced to the sources at a time (buckets fetch them together; bounds what is held).
@@ -65,10 +66,14 @@ class EncoderPlanner(WindowPlanner):
         number: list[int] = []  # number[j]: which of that input's outputs it is
         empty = 0
         failures: list[tuple[BaseException, str]] = []
-        for j, (p, s, i) in enumerate(zip(positions.tolist(), source_ids.tolist(), indices.tolist())):
+        inputs = list(zip(positions.tolist(), source_ids.tolist(), indices.tolist()))
+        made: list[Outcome] | None = None  # with the threaded map: this chunk's first stages, made by the threads
+        for j, (p, s, i) in enumerate(inputs):
             if j % PREFETCH == 0:
-                self.maker.prefetch(source_ids[j : j + PREFETCH], indices[j : j + PREFETCH])
-            outputs = self._outputs(window, p, s, i, failures)
+                self.maker.read_ahead(source_ids[j : j + PREFETCH], indices[j : j + PREFETCH])
+                if self.maker.threads is not None:
+                    made = self.maker.threads.map(lambda m: self.maker.first_stage(*m), inputs[j : j + PREFETCH])
+            outputs = self._outputs(window, p, s, i, failures, None if made is None else made[j % PREFETCH])
             empty += not outputs
             encoded += outputs
             owner += [j] * len(outputs)
@@ -83,11 +88,19 @@ class EncoderPlanner(WindowPlanner):
         return WindowPlan(units, empty + left_out, time.perf_counter() - started, failures)
 
     def _outputs(
-        self, window: int, position: int, source_id: int, index: int, failures: list[tuple[BaseException, str]]
+        self,
+        window: int,
+        position: int,
+        source_id: int,
+        index: int,
+        failures: list[tuple[BaseException, str]],
+        made: Outcome | None = None,
     ) -> list[Any]:
+        """The input's outputs (``made``: its first stage, made by a thread), or none: skipped, or failed and
+        noted for the handler; else what stops the planning raises."""
         maker = self.maker
         try:
-            return maker.first_stage(position, source_id, index)
+            return maker.first_stage(position, source_id, index) if made is None else made.get()
         except Exception as exc:
             if is_skip(exc):
                 return []
