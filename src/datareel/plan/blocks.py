@@ -13,8 +13,9 @@ One epoch of a source of ``n`` samples, block ``k``, window ``w``, period ``P`` 
 
 - counter ``r < S C``: super-period ``s = r // C``, then ``t = (r % C) // P`` (which of its ``k w``
   periods) and ``o = r % P`` (the offset): *slot* ``u = s P + o`` holds ``w`` blocks; ``q = permute(t)``
-  over ``[0, k w)`` keyed by the slot picks member ``q % k`` of block ``permute(u w + q // k)`` over
-  ``[0, B)``.  So every block of the structured part is read at one offset mod ``P``.
+  over ``[0, k w)`` keyed by the slot (``q = t`` for ``w = 1``: a block's samples in shard order, one a
+  period) picks member ``q % k`` of block ``permute(u w + q // k)`` over ``[0, B)``.  So every block of
+  the structured part is read at one offset mod ``P``.
 - counter ``r >= S C`` (fewer than ``C + k`` counters an epoch): a keyed permutation of the samples left
   (the blocks no slot took, then the ``n % k`` samples after the last whole block).
 
@@ -31,11 +32,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError, check_int
-from .permute import ROUNDS, _round, feistel_width, permute, permute_each
+from .permute import ROUNDS, feistel_width, permute, permute_each
 
 DOMAIN_BLOCKS = 0x626C6B73  # "blks": the keys of one epoch of a block shuffle
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MULTIPLIERS = (np.uint64(0x9E3779B97F4A7C15) * (2 * np.arange(ROUNDS, dtype=np.uint64) + 1)) | np.uint64(1)
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,10 @@ def _keys(seed: int, source_key: int, epoch: int, part: int) -> np.ndarray:
 
 
 def _slot_keys(base: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """Each slot's own round keys, derived from the epoch's. base: uint64[ROUNDS]; slots: int64[k] ->
-    uint64[k, ROUNDS]."""
-    u = slots.astype(np.uint64) * _GOLDEN  # (k,)
-    return np.stack([_round(u, base[r], _ALL) for r in range(ROUNDS)], axis=1)
+    """Each slot's own round keys: the epoch's, each xored with a distinct odd multiple of the slot number
+    (the rounds' own mixing does the rest). base: uint64[ROUNDS]; slots: int64[k] -> uint64[k, ROUNDS]."""
+    u = slots.astype(np.uint64)[:, None]  # (k, 1)
+    return base[None, :] ^ (u * _MULTIPLIERS[None, :])  # (k, ROUNDS)
 
 
 def epoch_indices(r: np.ndarray, n: int, order: BlockOrder, *, seed: int, source_key: int, epoch: int) -> np.ndarray:
@@ -129,7 +129,7 @@ def epoch_indices(r: np.ndarray, n: int, order: BlockOrder, *, seed: int, source
         t, o = np.divmod(rest, P)
         slot = s * P + o  # (h,)
         kw = k * w
-        if kw > 1:
+        if w > 1:  # interleave the slot's blocks; one block a slot is read in shard order, one per period
             width = np.full(slot.shape, feistel_width(kw), dtype=np.uint64)
             sizes = np.full(slot.shape, kw, dtype=np.int64)
             q = permute_each(t, sizes, width, _slot_keys(_keys(seed, source_key, epoch, 2), slot))
@@ -156,6 +156,9 @@ def block_indices(j: np.ndarray, n: int, order: BlockOrder, *, seed: int, source
     epoch, offset = np.divmod(j, n)  # (k,), (k,)
     if epoch.size == 0:
         return offset
+    first, last = int(epoch.min()), int(epoch.max())
+    if first == last:  # the common case: a micro-batch inside one epoch
+        return epoch_indices(offset, n, order, seed=seed, source_key=source_key, epoch=first)
     out = np.empty_like(offset)
     for e in np.unique(epoch).tolist():
         sel = epoch == e

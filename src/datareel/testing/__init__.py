@@ -5,7 +5,8 @@
   global batch (the checker every datareel test of order, mixing, packing and state goes through);
 - :func:`make_ranks`, :func:`take_global_batches`, :func:`take_micro_step` — several ranks'
   loaders driven in lockstep in one process;
-- :func:`run_local` — a function on local processes joined by gloo on 127.0.0.1.
+- :func:`run_local` — a function on local processes joined by gloo on 127.0.0.1;
+- :func:`read_profile` — what an order costs in reads (requests and bytes per sample, from the plan alone).
 
 Example::
 
@@ -16,13 +17,16 @@ Example::
 
 from .elastic import Topology, check_restore_everywhere
 from .launch import free_port, run_local
+from .locality import ReadProfile, read_profile
 from .simulate import make_ranks, take_global_batches, take_micro_step, to_python, unbatch
 
 __all__ = [
+    "ReadProfile",
     "Topology",
     "check_restore_everywhere",
     "free_port",
     "make_ranks",
+    "read_profile",
     "run_local",
     "take_global_batches",
     "take_micro_step",
