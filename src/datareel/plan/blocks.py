@@ -108,7 +108,8 @@ def _slot_keys(base: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """Each slot's own round keys: the epoch's, each xored with a distinct odd multiple of the slot number
     (the rounds' own mixing does the rest). base: uint64[ROUNDS]; slots: int64[k] -> uint64[k, ROUNDS]."""
     u = slots.astype(np.uint64)[:, None]  # (k, 1)
-    return base[None, :] ^ (u * _MULTIPLIERS[None, :])  # (k, ROUNDS)
+    keys: np.ndarray = base[None, :] ^ (u * _MULTIPLIERS[None, :])  # (k, ROUNDS)
+    return keys
 
 
 def epoch_indices(r: np.ndarray, n: int, order: BlockOrder, *, seed: int, source_key: int, epoch: int) -> np.ndarray:
