@@ -190,14 +190,22 @@ class BatchMaker(Dataset):
         """Read the samples read next (a micro-batch, or a window's chunk) together where their sources can
         (:meth:`~datareel.sources.base.Source.read_many`), after telling sources in buckets to fetch them.
         A hint only: whatever goes wrong here is reported when the sample is read, under the error
-        policy. source_ids, indices: int64[k]."""
+        policy. A source the block shuffle reads in blocks of ``k`` (``options.read_blocks``) that reads blocks
+        (``reads_blocks``) is asked with ``block=k``. source_ids, indices: int64[k]."""
         self._ready = {}  # one micro-batch's samples at most are held
+        blocks = dict(self.options.read_blocks)  # source id -> samples per block
         for source_id in np.unique(source_ids).tolist():
             source, mine = self.sources[source_id], np.unique(indices[source_ids == source_id])
+            k = blocks.get(source_id, 1) if getattr(source, "reads_blocks", False) else 1
             try:
-                if source.prefetches:
-                    source.prefetch(mine)
-                read = source.read_many(mine)
+                if k > 1:
+                    if source.prefetches:
+                        source.prefetch(mine, block=k)
+                    read = source.read_many(mine, block=k)
+                else:  # as every source takes it (one without block= too)
+                    if source.prefetches:
+                        source.prefetch(mine)
+                    read = source.read_many(mine)
             except Exception as exc:  # a user's source, say: the reads will tell
                 log.debug("prefetch of source %s failed: %r", self.names[source_id], exc)
                 continue

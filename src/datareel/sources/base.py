@@ -56,19 +56,28 @@ class Source(abc.ABC):
     def read(self, index: int) -> Any:
         """The raw sample at ``index`` (``0 <= index < len(self)``)."""
 
-    def read_many(self, indices: np.ndarray) -> list[Any]:
+    def read_many(self, indices: np.ndarray, block: int = 1) -> list[Any]:
         """Samples ``indices`` (int64[k]) read together where a source can do that faster; ``None`` for
-        each sample left to :meth:`read` (which raises what is wrong with it). Default: all ``None``."""
+        each sample left to :meth:`read` (which raises what is wrong with it). Default: all ``None``.
+
+        ``block=k`` (only asked of a source whose ``reads_blocks`` is true, for the block shuffle): read each
+        sample's block, samples ``[i - i % k, i - i % k + k)`` (cut to the source's length, and to what the
+        source reads in one go), in one read, and keep the block's other samples until they are asked for.
+        Sources without ``reads_blocks`` are called without ``block``, as before."""
         return [None] * len(indices)
+
+    #: Whether :meth:`read_many` and :meth:`prefetch` take ``block=k`` (the block shuffle's reads).
+    reads_blocks: bool = False
 
     #: Whether :meth:`prefetch` does anything (the loader announces micro-batches only to such sources).
     prefetches: bool = False
 
-    def prefetch(self, indices: np.ndarray) -> None:
+    def prefetch(self, indices: np.ndarray, block: int = 1) -> None:
         """A hint that samples ``indices`` (int64[k], one micro-batch) will be read next.
 
         Sources in buckets fetch them together here (concurrent, coalesced ranged GETs) and keep them
-        until read; local sources ignore it. Must not raise: a failure is reported by :meth:`read`."""
+        until read; local sources ignore it. Must not raise: a failure is reported by :meth:`read`.
+        ``block=k``: fetch the samples' blocks (see :meth:`read_many`; asked only where ``reads_blocks``)."""
         return None  # read on demand
 
     def key(self, index: int) -> str:

@@ -28,6 +28,7 @@ from ...sources.typed import SAMPLE_CLASSES
 from ...storage import HandleCache, files_for
 from ...storage.path import as_path
 from . import meta
+from .blocks import BlockReads
 from .decode import PartDecoder
 from .explain import unprepared
 from .members import group
@@ -39,7 +40,7 @@ READ_MANY_BYTES = 32 << 20
 """Bytes :meth:`WebDatasetSource.read_many` reads at most at once (big samples: video, large images)."""
 
 
-class WebDatasetSource(ShardReads, Source):
+class WebDatasetSource(ShardReads, BlockReads, Source):
     """One split of an Energon-prepared dataset directory.
 
     For ``CrudeWebdataset`` a sample is a dict of its parts decoded by extension
@@ -94,6 +95,8 @@ class WebDatasetSource(ShardReads, Source):
         self._pid: int | None = None  # the process _handles and _fetched belong to
         self._handles: HandleCache | None = None
         self._fetched: dict[tuple[str, int, int], bytes] = {}  # prefetched: one micro-batch's ranges
+        self._blocks: dict[tuple[str, int, int], bytes] = {}  # prefetched: one micro-batch's blocks
+        self._etag_seen: dict[str, str] = {}  # shard url -> its ETag when opened (the node cache's keys)
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._etags = meta.read_etags(self.root)  # shard -> ETag when indexed (prepared in a bucket), else {}
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
@@ -207,14 +210,17 @@ class WebDatasetSource(ShardReads, Source):
         s, local = self.locate(index)
         return self._sample(s, local, *self._read_raw(s, local))
 
-    def read_many(self, indices: np.ndarray) -> list[Any]:
+    def read_many(self, indices: np.ndarray, block: int = 1) -> list[Any]:
         """Samples ``indices`` (int64[k]) read together: located in one numpy call, one read each, their
         tar headers checked a round at a time (:func:`~.tarparse.plain_members`). ``None`` for a sample
         this path leaves to :meth:`read` (a store that prefetches, an index or shard that fails its check,
         members other than plain ones, damage, samples past the first :data:`READ_MANY_BYTES`), which reads
-        it or raises what is wrong with it."""
+        it or raises what is wrong with it. ``block=k`` (k > 1): read the samples' blocks of ``k``, one
+        read each, keeping the blocks' other samples for later reads (:mod:`.blocks`)."""
         indices = np.asarray(indices, dtype=np.int64)
         out: list[Any] = [None] * len(indices)
+        if block > 1 and type(self).read is WebDatasetSource.read:
+            return self.read_blocks(indices, int(block))
         if self.prefetches or not len(indices) or type(self).read is not WebDatasetSource.read:
             return out  # read() takes a prefetched micro-batch's bytes; a subclass's own read() is what it reads with
         rows = np.flatnonzero((indices >= 0) & (indices < self._size))  # (r,) out of range: read() names it
@@ -300,4 +306,4 @@ class WebDatasetSource(ShardReads, Source):
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_handles": None, "_fetched": {}}
+        return {**self.__dict__, "_pid": None, "_handles": None, "_fetched": {}, "_blocks": {}}

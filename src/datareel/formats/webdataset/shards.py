@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,12 @@ class ShardReads:
     _pid: int | None
     _handles: HandleCache | None
     _fetched: dict[tuple[str, int, int], bytes]
+    _blocks: dict[tuple[str, int, int], bytes]
+    _etag_seen: dict[str, str]
+
+    if TYPE_CHECKING:  # the block path (.blocks.BlockReads)
+
+        def prefetch_blocks(self, indices: np.ndarray, k: int) -> None: ...
 
     def locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -84,6 +90,8 @@ class ShardReads:
             except NotFound:
                 raise NotFound(f"shard {url} is missing (listed in {meta.META}/.info.json)") from None
             recorded = self._etags.get(self.shards[s])
+            if found.etag is not None:  # the node cache keys blocks by it
+                self._etag_seen[url] = found.etag.strip('"')
             if recorded is not None and found.etag is not None and found.etag.strip('"') != recorded.strip('"'):
                 raise DatasetChangedError(
                     f"shard {url} was replaced since it was prepared: its ETag is {found.etag!r}, {meta.META}/"
@@ -107,6 +115,7 @@ class ShardReads:
         asking the store again."""
         if self._pid != os.getpid() or self._handles is None:  # first use in this process (a worker after fork)
             self._pid, self._handles, self._fetched = os.getpid(), self._store().handle_cache(), {}
+            self._blocks = {}
         return self._handles
 
     def _handle(self, s: int) -> Handle:
@@ -120,12 +129,16 @@ class ShardReads:
     def _range(self, s: int, local: int) -> tuple[int, int]:
         return sample_range(self._index(s), local, lambda: f"{self._paths[s]}.idx")
 
-    def prefetch(self, indices: np.ndarray) -> None:
+    def prefetch(self, indices: np.ndarray, block: int = 1) -> None:
         """Where the store gains by it (a bucket): fetch the samples' ranges together (coalesced, concurrent
         GETs) for :meth:`_pread`. Shards new to this process are checked concurrently first; a sample whose
         shard or index is broken is left out here and fails (or is substituted) when it is read, as without
-        prefetching."""
+        prefetching. ``block=k`` (k > 1): fetch the samples' blocks of ``k`` instead, one range each, for
+        ``read_many(indices, block=k)`` (:mod:`.blocks`)."""
         if not self.prefetches:
+            return
+        if block > 1:
+            self.prefetch_blocks(indices, int(block))
             return
         cache = self._cache()
         self._fetched = {}  # only this micro-batch's bytes are held

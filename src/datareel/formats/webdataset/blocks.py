@@ -1,0 +1,307 @@
+"""Reading a WebDataset split in blocks (for :class:`datareel.BlockShuffle`): the ``k`` consecutive samples of
+a block are contiguous in their shard's tar, so a block is one read of its byte span, parsed in one pass.
+
+The block of sample ``i`` is samples ``[i - i % k, min(i - i % k + k, len))``, cut to the shard of ``i``
+(samples excluded from the split by key that lie inside the span are read and dropped).  A micro-batch
+asks for one or a few samples of each block; the block's other samples are kept, as their raw key and
+part bytes, in this process's :class:`SampleCache` (bounded by bytes, least recently used out first), and
+each is taken out when it is read, without I/O.  Locally a block is one positioned read through the
+shard's handle (the kernel's page cache is the node's cache); in a bucket the micro-batch's missing blocks
+are one :meth:`~datareel.storage.Files.read_ranges` call (one range each), through the node's
+:mod:`~datareel.storage.node_cache` where the shard's ETag is known.  Every check of a sample-by-sample read
+stays: a shard is opened and checked on its first use, a short read or a sample this path cannot parse is
+left to ``read()``, which reads it alone and raises what is wrong under the error policy.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...errors import DatasetError, OptionError
+from ...sources.index_files import sample_range
+from ...storage import Files, HandleCache
+from ...storage.handles import Handle
+from ...storage.node_cache import BlockKey, node_cache
+from .members import group
+from .tarparse import iter_members, plain_members
+
+ENV_CACHE_BYTES = "DATAREEL_BLOCK_CACHE_BYTES"
+CACHE_BYTES = 256 << 20
+"""Default bytes of raw samples one process keeps from the blocks it read (``DATAREEL_BLOCK_CACHE_BYTES``)."""
+SPAN_LIMIT = 64 << 20
+"""A block whose byte span is longer than this (big samples: video) is read a sample at a time."""
+Raw = tuple[str, dict[str, bytes]]  # (key, {part: bytes})
+Members = list[tuple[str, int, int]]  # (name, data offset in the block's bytes, size) of one sample's members
+Kept = tuple[Members, bytes, tuple[str, int, int, int]]
+"""A kept sample: its members, the block's bytes they index, and where it is (for group's errors). Its
+parts are copied out when it is used (into memory a process reuses; copies made when the block is read
+would fill fresh pages: measured 5x slower for 100 KB samples)."""
+
+
+class SampleCache:
+    """Samples by ``(shard url, index in shard)`` (:data:`Kept`), the least recently put out first while the
+    blocks' bytes they hold exceed ``limit`` (a block's bytes count once, until its last kept sample goes)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.bytes = limit, 0
+        self._kept: OrderedDict[tuple[str, int], Kept] = OrderedDict()
+        self._blocks: dict[int, list[int]] = {}  # id of a block's bytes -> [its samples kept, its length]
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self._kept
+
+    def pop(self, key: tuple[str, int]) -> Kept | None:
+        with self._lock:
+            found = self._kept.pop(key, None)
+            if found is not None:
+                self._release(found[1])
+            return found
+
+    def put(self, key: tuple[str, int], kept: Kept) -> None:
+        blob = kept[1]
+        with self._lock:
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self._release(old[1])
+            if len(blob) > self.limit:
+                return
+            self._kept[key] = kept
+            held = self._blocks.setdefault(id(blob), [0, len(blob)])
+            held[0] += 1
+            self.bytes += len(blob) if held[0] == 1 else 0
+            while self.bytes > self.limit:
+                self._release(self._kept.popitem(last=False)[1][1])
+
+    def _release(self, blob: bytes) -> None:
+        held = self._blocks[id(blob)]
+        held[0] -= 1
+        if not held[0]:
+            del self._blocks[id(blob)]
+            self.bytes -= held[1]
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+_PER_PROCESS: dict[int, SampleCache] = {}
+
+
+def sample_cache() -> SampleCache:
+    """This process's cache (a forked child starts empty), sized by ``DATAREEL_BLOCK_CACHE_BYTES``."""
+    pid = os.getpid()
+    found = _PER_PROCESS.get(pid)
+    if found is None:
+        text = os.environ.get(ENV_CACHE_BYTES)
+        if text is not None and not text.strip().isdigit():
+            raise OptionError(
+                f"{ENV_CACHE_BYTES}={text!r} must be a whole number of bytes (raw samples each process keeps "
+                f"from the blocks it read; default {CACHE_BYTES}; 0 keeps none)"
+            )
+        _PER_PROCESS.clear()
+        found = _PER_PROCESS[pid] = SampleCache(CACHE_BYTES if text is None else int(text))
+    return found
+
+
+@dataclass(frozen=True)
+class Span:
+    """One read: bytes ``[start, stop)`` of shard ``shard``, holding the samples ``members`` =
+    ``(sample index or -1 when not asked for, index in shard, start, stop)``."""
+
+    shard: int
+    start: int
+    stop: int
+    members: tuple[tuple[int, int, int, int], ...]
+
+
+def block_members(index: int, k: int, size: int) -> np.ndarray:
+    """The samples of sample ``index``'s block of ``k`` (before the cut to its shard). -> int64[<= k]"""
+    first = index - index % k
+    return np.arange(first, min(first + k, size), dtype=np.int64)
+
+
+class BlockReads:
+    """The block path of :class:`~datareel.formats.webdataset.reader.WebDatasetSource` (a mixin over
+    :class:`~.shards.ShardReads`, whose attributes and methods it uses)."""
+
+    reads_blocks = True
+    """Read in blocks when the loader asks (``read_many(indices, block=k)``, ``prefetch(indices, block=k)``)."""
+    prefetches: bool
+    _paths: list[str]
+    _size: int
+    _blocks: dict[tuple[str, int, int], bytes]
+    _etag_seen: dict[str, str]
+
+    if TYPE_CHECKING:  # from ShardReads and the reader
+
+        def locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            raise NotImplementedError
+
+        def _cache(self) -> HandleCache:
+            raise NotImplementedError
+
+        def _store(self) -> Files:
+            raise NotImplementedError
+
+        def _open_shard(self, s: int) -> Handle:
+            raise NotImplementedError
+
+        def _index(self, s: int) -> np.ndarray:
+            raise NotImplementedError
+
+        def _sample(self, s: int, local: int, key: str, parts: dict[str, bytes], where: str) -> Any:
+            raise NotImplementedError
+
+    def read_blocks(self, indices: np.ndarray, k: int) -> list[Any]:
+        """Samples ``indices`` (int64[n]) read in blocks of ``k``; ``None`` where a sample is left to ``read()``."""
+        indices = np.asarray(indices, dtype=np.int64)
+        out: list[Any] = [None] * len(indices)
+        wanted = np.unique(indices[(indices >= 0) & (indices < self._size)])  # (u,) out of range: read() names it
+        if not len(wanted):
+            return out
+        kept = sample_cache()
+        hits, spans = self._spans(wanted, k, kept)
+        raws: dict[int, tuple[int, int, Raw]] = {}  # sample index -> (shard, index in shard, raw)
+        for index, s, local in hits:
+            found = kept.pop((self._paths[s], local))
+            if found is not None:
+                try:
+                    members, data, place = found
+                    raws[index] = (s, local, group(members, data, 0, place))
+                except Exception:
+                    continue  # read() reads it alone and raises what is wrong with it
+        for span, blob in zip(spans, self._span_bytes(spans)):
+            if blob is not None:
+                self._parse(span, blob, raws, kept)
+        made: dict[int, Any] = {}
+        for index, (s, local, (key, parts)) in raws.items():
+            try:
+                made[index] = self._sample(s, local, key, parts, f"shard {self._paths[s]} key {key!r}")
+            except Exception:
+                continue  # a part that does not decode: read() raises it
+        return [made.get(i) for i in indices.tolist()]
+
+    def prefetch_blocks(self, indices: np.ndarray, k: int) -> None:
+        """In a bucket: fetch the blocks :meth:`read_blocks` will need for ``indices`` now, together (their
+        shards new to this process checked concurrently first). Never raises: reads report failures."""
+        self._blocks = {}
+        try:
+            wanted = np.unique(np.asarray(indices, dtype=np.int64))
+            shard, _ = self.locate_many(wanted)
+        except (IndexError, ValueError):
+            return
+        cache, files = self._cache(), self._store()
+        first_use = [s for s in np.unique(shard).tolist() if cache.peek(self._paths[s]) is None]
+        files.each(self._index, first_use)  # failures are remembered by the handle cache and raised on read
+        _, spans = self._spans(wanted, k, sample_cache())
+        got = self._fetch([(x.shard, x.start, x.stop) for x in spans])
+        self._blocks = {(self._paths[s], a, b): blob for (s, a, b), blob in got if blob is not None}
+
+    def _spans(self, wanted: np.ndarray, k: int, kept: SampleCache) -> tuple[list[tuple[int, int, int]], list[Span]]:
+        """``(hits, spans)``: the samples of ``wanted`` (int64[u], sorted) kept already, as ``(index, shard,
+        index in shard)``, and the reads that give the rest with the uncached samples of their blocks."""
+        shard, local = self.locate_many(wanted)  # (u,), (u,)
+        hits: list[tuple[int, int, int]] = []
+        missing: list[tuple[int, int, int]] = []
+        for index, s, i in zip(wanted.tolist(), shard.tolist(), local.tolist()):
+            (hits if (self._paths[s], i) in kept else missing).append((index, s, i))
+        spans: list[Span] = []
+        asked = {index for index, _, _ in missing}
+        done: set[tuple[int, int]] = set()  # (block, shard) read already
+        for index, s, _ in missing:
+            if (index // k, s) in done:
+                continue
+            done.add((index // k, s))
+            members = block_members(index, k, self._size)  # (<= k,)
+            ms, ml = self.locate_many(members)
+            try:
+                idx = self._index(s)  # opened and checked on first use
+            except Exception:
+                continue  # read() raises it, under the error policy
+            rows = []
+            for j, i in zip(members[ms == s].tolist(), ml[ms == s].tolist()):
+                if j in asked or (self._paths[s], i) not in kept:
+                    try:
+                        rows.append((j if j in asked else -1, i, *sample_range(idx, i, lambda: "")))
+                    except DatasetError:
+                        continue  # a damaged index entry: read() names it
+            if not rows:
+                continue
+            start, stop = min(r[2] for r in rows), max(r[3] for r in rows)
+            if stop - start <= SPAN_LIMIT:
+                spans.append(Span(s, start, stop, tuple(rows)))
+            else:  # big samples: each asked one alone
+                spans += [Span(s, r[2], r[3], (r,)) for r in rows if r[0] >= 0]
+        return hits, spans
+
+    def _span_bytes(self, spans: list[Span]) -> list[bytes | None]:
+        """Each span's bytes (prefetched, else read now), or ``None`` where the read failed or came short."""
+        out: list[bytes | None] = [self._blocks.pop((self._paths[x.shard], x.start, x.stop), None) for x in spans]
+        todo = [j for j, blob in enumerate(out) if blob is None]
+        if todo:
+            for j, (_, blob) in zip(todo, self._fetch([(spans[j].shard, spans[j].start, spans[j].stop) for j in todo])):
+                out[j] = blob
+        return [b if b is not None and len(b) == x.stop - x.start else None for x, b in zip(spans, out)]
+
+    def _fetch(self, ranges: list[tuple[int, int, int]]) -> list[tuple[tuple[int, int, int], bytes | None]]:
+        """Bytes of each ``(shard, start, stop)``: locally one positioned read each; in a bucket all in one
+        ``read_ranges`` call, through the node cache where the shard's ETag is known."""
+        if not self.prefetches:
+            cache = self._cache()
+            got: list[tuple[tuple[int, int, int], bytes | None]] = []
+            with cache.held():  # no other thread closes the handle while it is read
+                for s, a, b in ranges:
+                    try:
+                        handle = cache.get(self._paths[s], lambda s=s: self._open_shard(s))  # type: ignore[misc]
+                        got.append(((s, a, b), handle.read_range(a, b)))
+                    except (DatasetError, OSError):
+                        got.append(((s, a, b), None))  # read() raises it
+            return got
+        files, node = self._store(), node_cache()
+        keys = {r: (self._paths[r[0]], r[1], r[2]) for r in ranges}
+        fetched: dict[tuple[str, int, int], bytes] = {}
+        tagged: dict[BlockKey, tuple[str, int, int]] = {}  # through the node cache
+        plain = []
+        for url in keys.values():
+            etag = self._etag_seen.get(url[0])
+            if node is not None and etag is not None:
+                tagged[BlockKey(url[0], etag, url[1], url[2])] = url
+            else:
+                plain.append(url)
+        try:
+            if plain:
+                fetched.update(files.read_ranges(plain))
+            if tagged and node is not None:
+
+                def from_store(blocks: list[BlockKey]) -> dict[BlockKey, bytes]:
+                    got = files.read_ranges([tagged[b] for b in blocks])
+                    return {b: got[tagged[b]] for b in blocks if tagged[b] in got}
+
+                fetched.update({tagged[b]: blob for b, blob in node.fetch(list(tagged), from_store).items()})
+        except Exception:
+            pass  # a hint only: what is missing is read sample by sample, which reports the failure
+        return [(r, fetched.get(url)) for r, url in keys.items()]
+
+    def _parse(self, span: Span, blob: bytes, raws: dict[int, tuple[int, int, Raw]], kept: SampleCache) -> None:
+        """The samples of one span's bytes: asked ones into ``raws``, the others kept for later."""
+        where = f"shard {self._paths[span.shard]}"
+        starts = [r[2] - span.start for r in span.members]
+        stops = [r[3] - span.start for r in span.members]
+        for (index, i, a, b), first, last, members in zip(
+            span.members, starts, stops, plain_members(blob, starts, stops)
+        ):
+            try:
+                if members is None:  # long names, PAX headers, damage: the full parser takes it or says what it is
+                    members = list(iter_members(memoryview(blob)[first:last], where, first))
+                if index >= 0:
+                    raws[index] = (span.shard, i, group(members, blob, 0, (where, i, a, b)))
+                else:  # its parts are copied out when it is used
+                    kept.put((self._paths[span.shard], i), (members, blob, (where, i, a, b)))
+            except Exception:
+                continue  # read() reads it alone and raises what is wrong with it

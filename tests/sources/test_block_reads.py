@@ -1,0 +1,305 @@
+"""Block reads of a WebDataset split (issue 28: ``read_many(indices, block=k)``, ``prefetch(indices, block=k)``):
+the samples and batches are exactly those of sample-by-sample reads, over random block sizes, index sets and
+splits with excluded samples; a block is one read of its byte span, and a sample of it read later costs no
+I/O; damage is left to ``read()``, which raises it; in a bucket a micro-batch's missing blocks are one
+``read_ranges`` call, and the node's cache serves them to the next process without asking the store."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import datareel
+from datareel.cli.prepare import prepare_webdataset
+from datareel.errors import DatasetError, NotFound
+from datareel.execute.batch import BatchMaker
+from datareel.execute.encoder import ResolvedEncoder
+from datareel.execute.options import ExecOptions
+from datareel.formats.webdataset import blocks
+from datareel.reel.base import Descriptor
+from datareel.storage import ObjectInfo, StoreFiles, node_cache, register_scheme, unregister_scheme
+from datareel.storage.handles import Descriptor as OpenFile
+from datareel.storage.handles import handles
+from profiles import examples
+from wds_helpers import build_shards
+
+SIZES = (10, 7, 1, 13, 6)  # shard 1 is GNU format with long names (the full parser's path)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """A prepared dataset, and the same with samples excluded inside blocks. -> (root, root with excludes)"""
+    root = tmp_path_factory.mktemp("blocks") / "wds"
+    build_shards(root, SIZES)
+    prepare_webdataset(root, progress=False)
+    excluded = tmp_path_factory.mktemp("blocks-ex") / "wds"
+    build_shards(excluded, SIZES)
+    prepare_webdataset(excluded, progress=False)
+    split = yaml.safe_load((excluded / ".nv-meta/split.yaml").read_text())
+    split["exclude"] = ["parts/data-0.tar/s00002", "parts/data-0.tar/s00003", "parts/data-3.tar/s00025"]
+    (excluded / ".nv-meta/split.yaml").write_text(yaml.safe_dump(split))
+    return root, excluded
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty sample cache and a node cache directory of the test's own (hypothesis tests clear the
+    sample cache themselves: they take no function-scoped fixture)."""
+    monkeypatch.setenv("DATAREEL_NODE_CACHE", str(tmp_path / "node"))
+    blocks._PER_PROCESS.clear()
+    node_cache._PER_PROCESS.clear()
+    yield
+    blocks._PER_PROCESS.clear()
+    node_cache._PER_PROCESS.clear()
+
+
+def plain(value):
+    """A sample or batch with its tensors and arrays as lists (comparable with ==)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def one_by_one(source, indices):
+    return [plain(source.read(int(i))) for i in indices]
+
+
+@settings(max_examples=examples(0.5))
+@given(
+    k=st.integers(2, 17),
+    batches=st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=6), min_size=1, max_size=8),
+    excludes=st.booleans(),
+    decode=st.sampled_from([False, True]),
+)
+def test_block_reads_give_the_samples_of_one_by_one_reads(dataset, k, batches, excludes, decode):
+    blocks._PER_PROCESS.clear()
+    source = datareel.open_dataset(dataset[excludes], decode=decode)
+    for asked in batches:
+        indices = np.array([i % len(source) for i in asked], dtype=np.int64)
+        got = source.read_many(indices, block=k)
+        assert all(sample is not None for sample in got)  # nothing here is damaged: all read on this path
+        assert [plain(s) for s in got] == one_by_one(source, indices)
+
+
+def test_a_block_is_one_read_and_its_other_samples_cost_no_io(fresh, dataset, monkeypatch):
+    source = datareel.open_dataset(dataset[0], decode=False)
+    reads = []
+    real = OpenFile.read_range
+    monkeypatch.setattr(OpenFile, "read_range", lambda self, a, b: reads.append((a, b)) or real(self, a, b))
+    source.read_many(np.array([0]), block=4)  # first use: the shard is opened and checked (its tar end read)
+    reads.clear()
+    got = source.read_many(np.array([5]), block=4)  # block [4, 8) of shard 0
+    assert len(reads) == 1 and got[0] is not None
+    start, stop = reads[0]
+    idx = source._index(0)
+    assert (start, stop) == (int(idx[4]), int(idx[8]))
+    reads.clear()
+    got = source.read_many(np.array([4, 6, 7]), block=4)
+    assert reads == [] and [plain(s) for s in got] == one_by_one(source, [4, 6, 7])
+    reads.clear()
+    assert source.read_many(np.array([6]), block=4)[0] is not None and len(reads) == 1  # popped when used
+
+
+def test_a_block_is_cut_to_its_shard_and_excluded_samples_are_read_and_dropped(fresh, dataset):
+    source = datareel.open_dataset(dataset[1], decode=False)
+    # index 2 is split index 4 (s00002 and s00003 are excluded): its block of 8, [0, 8), spans shard 0's
+    # first 8 kept samples; shard 0 holds 8 kept samples, so the block ends with the shard
+    kept = blocks.sample_cache()
+    got = source.read_many(np.array([2]), block=8)
+    assert plain(got[0]) == plain(source.read(2))
+    shard0 = source._paths[0]
+    assert {key for key in kept._kept} == {(shard0, i) for i in (0, 1, 5, 6, 7, 8, 9)}  # no excluded, no shard 1
+
+
+def test_damage_inside_a_block_is_left_to_read_which_raises_it(fresh, dataset, tmp_path):
+    import shutil
+
+    root = tmp_path / "damaged"
+    shutil.copytree(dataset[0], root)
+    shard = root / "parts/data-0.tar"
+    source = datareel.open_dataset(root, decode=False)
+    idx = source._index(0)
+    data = bytearray(shard.read_bytes())
+    data[int(idx[5]) + 10] ^= 0x55  # a name byte of sample 5's first header: its checksum fails
+    shard.write_bytes(bytes(data))
+    handles().close_all()
+    got = source.read_many(np.arange(4, 8), block=4)
+    assert got[1] is None and all(got[j] is not None for j in (0, 2, 3))
+    with pytest.raises(DatasetError, match="no valid tar header"):
+        source.read(5)
+    shard.write_bytes(bytes(data[: int(idx[6])]))  # truncated after it was opened: block [4, 8) comes short
+    blocks._PER_PROCESS.clear()
+    assert source.read_many(np.array([4, 6]), block=4) == [None, None]
+    with pytest.raises(DatasetError, match="truncated"):
+        source.read(6)
+
+
+def test_a_small_sample_cache_keeps_the_samples_right(fresh, dataset, monkeypatch):
+    monkeypatch.setenv("DATAREEL_BLOCK_CACHE_BYTES", "40000")  # a block of 8 here spans ~32 KB
+    blocks._PER_PROCESS.clear()
+    source = datareel.open_dataset(dataset[0], decode=False)
+    for i in [*range(0, len(source), 2), *range(1, len(source), 2)]:
+        assert plain(source.read_many(np.array([i]), block=8)[0]) == plain(source.read(i))
+        assert blocks.sample_cache().bytes <= 40000
+    monkeypatch.setenv("DATAREEL_BLOCK_CACHE_BYTES", "lots")
+    blocks._PER_PROCESS.clear()
+    with pytest.raises(datareel.OptionError, match="DATAREEL_BLOCK_CACHE_BYTES='lots'"):
+        blocks.sample_cache()
+
+
+def test_the_sample_cache_counts_a_blocks_bytes_once_and_evicts_whole_blocks():
+    cache = blocks.SampleCache(250)
+    first, second = bytes(100), bytes(120)
+    for i in range(4):
+        cache.put(("a.tar", i), ([], first, ("a", i, 0, 0)))
+    assert cache.bytes == 100 and len(cache) == 4
+    cache.put(("b.tar", 0), ([], second, ("b", 0, 0, 0)))
+    assert cache.bytes == 220
+    cache.put(("c.tar", 0), ([], bytes(100), ("c", 0, 0, 0)))  # over the limit: block a (least recent) goes whole
+    assert cache.bytes == 220 and len(cache) == 2 and ("a.tar", 3) not in cache
+    assert cache.pop(("b.tar", 0)) is not None and cache.bytes == 100
+    cache.put(("d.tar", 0), ([], bytes(251), ("d", 0, 0, 0)))  # bigger than the limit: not kept
+    assert cache.bytes == 100 and ("d.tar", 0) not in cache
+
+
+def test_without_blocks_the_sample_path_is_unchanged(fresh, dataset):
+    source = datareel.open_dataset(dataset[0], decode=False)
+    source.read_many(np.arange(6))
+    assert len(blocks.sample_cache()) == 0
+
+
+# -- batches: the batch maker with and without read_blocks --------------------------------------------
+
+
+class Keys:
+    def encode_sample(self, sample):
+        return {"key": sample["__key__"], "txt": sample["txt"], "json": sample["json"]}
+
+
+@settings(max_examples=examples(0.3))
+@given(
+    k=st.integers(2, 16),
+    steps=st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=5), min_size=1, max_size=6),
+    excludes=st.booleans(),
+)
+def test_batches_are_the_same_with_and_without_block_reads(dataset, k, steps, excludes):
+    blocks._PER_PROCESS.clear()
+    source = datareel.open_dataset(dataset[excludes])
+    plain_maker = BatchMaker([source], ResolvedEncoder(Keys()), ExecOptions(seed=3))
+    block_maker = BatchMaker([source], ResolvedEncoder(Keys()), ExecOptions(seed=3, read_blocks=((0, k),)))
+    position = 0
+    for step, asked in enumerate(steps):
+        indices = np.array([i % len(source) for i in asked], dtype=np.int64)
+        positions = np.arange(position, position + len(indices), dtype=np.int64)
+        position += len(indices)
+        desc = Descriptor(step, positions, np.zeros(len(indices), dtype=np.int32), indices)
+        assert plain(block_maker[desc]) == plain(plain_maker[desc])
+
+
+# -- a bucket: a store that prefetches (counted), with ETags ----------------------------------------------
+
+
+class Bucket(StoreFiles):
+    prefetches = True
+
+    def __init__(self, blobs: dict[str, bytes]):
+        self.blobs = blobs
+        self.ranges: list[tuple[str, int, int]] = []  # every range read_ranges was asked for
+        self.calls = 0  # read_ranges calls
+        self.singles = 0  # read_range calls for samples (not metadata, not the opening checks)
+
+    def info(self, path: str) -> ObjectInfo:
+        if path not in self.blobs:
+            raise NotFound(f"{path} does not exist")
+        return ObjectInfo(len(self.blobs[path]), etag=f'"{hash(self.blobs[path]) & 0xFFFF:x}"')
+
+    def read_range(self, path: str, start: int, stop: int) -> bytes:
+        if path not in self.blobs:
+            raise NotFound(f"{path} does not exist")
+        self.singles += path.endswith(".tar") and stop - start != 512
+        return self.blobs[path][start:stop]
+
+    def read_ranges(self, wanted):
+        self.calls += 1
+        self.ranges += list(wanted)
+        return {w: self.blobs[w[0]][w[1] : w[2]] for w in wanted}
+
+
+@pytest.fixture
+def bucket(fresh, dataset):
+    blobs = {}
+    root = dataset[0]
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        blobs[f"mem-blocks://b/wds/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    store = Bucket(blobs)
+    register_scheme("mem-blocks", lambda: store)
+    yield store
+    unregister_scheme("mem-blocks")
+
+
+def block_order(n: int, k: int, m: int) -> list[np.ndarray]:
+    """Micro-batches of ``m`` as the block shuffle makes them with ``m·W`` = T = m: the blocks of ``k`` in
+    groups of ``m``, one sample of each block per micro-batch over ``k`` micro-batches."""
+    order = []
+    first = np.arange(0, n, k)
+    for group in range(0, len(first), m):
+        starts = first[group : group + m]
+        for t in range(k):
+            picked = starts + t
+            order.append(picked[picked < n])
+    return [batch for batch in order if len(batch)]
+
+
+def test_in_a_bucket_a_micro_batchs_blocks_are_one_call_and_every_byte_is_used_once(
+    fresh, dataset, bucket, monkeypatch
+):
+    monkeypatch.setenv("DATAREEL_NODE_CACHE", "off")
+    node_cache._PER_PROCESS.clear()
+    source = datareel.open_dataset("mem-blocks://b/wds", decode=False)
+    local = datareel.open_dataset(dataset[0], decode=False)
+    k, m = 4, 3
+    maker = BatchMaker([source], ResolvedEncoder(Keys()), ExecOptions(seed=1, read_blocks=((0, k),)))
+    expected = BatchMaker([local], ResolvedEncoder(Keys()), ExecOptions(seed=1))
+    used, count = 0, 0
+    for step, batch in enumerate(block_order(len(source), k, m)):
+        desc = Descriptor(step, np.arange(len(batch)) + count, np.zeros(len(batch), dtype=np.int32), batch)
+        assert plain(maker[desc]) == plain(expected[desc])
+        used += int(source.byte_sizes(batch).sum())
+        count += len(batch)
+    read = sum(b - a for _, a, b in bucket.ranges)
+    assert bucket.singles == 0  # no sample was read alone
+    assert read == used  # every byte read is used once (blocks are cut to shards: no byte read twice)
+    assert len(bucket.ranges) <= -(-count // k) + len(SIZES)  # one range per block (shard ends cut blocks)
+
+
+def test_the_node_cache_serves_a_block_to_the_next_process_without_the_store(fresh, dataset, bucket):
+    k = 8
+    first = datareel.open_dataset("mem-blocks://b/wds", decode=False)
+    first.prefetch(np.array([0, 9, 20]), block=k)
+    got = first.read_many(np.array([0, 9, 20]), block=k)
+    asked = len(bucket.ranges)
+    assert asked == 3 and all(s is not None for s in got)
+    blocks._PER_PROCESS.clear()  # as another process: no sample kept in memory
+    second = datareel.open_dataset("mem-blocks://b/wds", decode=False)
+    second.prefetch(np.array([1, 8, 21]), block=k)  # the same blocks: [0, 8), [8, 10) and [18, 24)
+    again = second.read_many(np.array([1, 8, 21]), block=k)
+    assert len(bucket.ranges) == asked  # all three blocks came from the node's directory
+    assert [plain(s) for s in again] == one_by_one(second, [1, 8, 21])
+    assert node_cache.node_cache().fetched == 3
+
+
+def test_a_loader_with_read_blocks_over_a_bucket_gives_the_local_batches(fresh, dataset, bucket):
+    options = dict(global_batch_size=4, micro_batch_size=2, seed=5, task_encoder=Keys())
+    remote = datareel.Loader(datareel.open_dataset("mem-blocks://b/wds"), **options)
+    local = datareel.Loader(datareel.open_dataset(dataset[0]), **options)
+    driver = remote._driver
+    object.__setattr__(driver.maker, "options", ExecOptions(seed=5, read_blocks=((0, 4),)))
+    got = [b["key"] for b in itertools.islice(remote, 12)]
+    assert got == [b["key"] for b in itertools.islice(local, 12)]
