@@ -82,6 +82,7 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
         "pack": state.get("pack"),
         "seed": spec.get("seed"),
         "shuffle": spec.get("shuffle"),
+        "locality": spec.get("locality"),
         "dataset": {k: dataset.get(k) for k in ("name", "size", "digest")},
         "sources": dataset.get("sources"),
         "packing": spec.get("packing"),
@@ -128,7 +129,11 @@ def format_description(d: dict[str, Any]) -> str:
         lines.append(f"pack        next pack: input window {d['pack'][0]:,}, pack {d['pack'][1]:,} of that window")
     if "epoch" in d:
         lines.append(f"epoch       {d['epoch']:,}, sample {d['epoch_offset']:,} of {d['dataset']['size']:,} in it")
-    lines.append(f"seed        {d['seed']}, shuffle {d['shuffle']}")
+    blocks, order = d.get("locality"), ""
+    if isinstance(blocks, dict):
+        b, period, w = (blocks.get(k) for k in ("block", "period", "window"))
+        order = f", block shuffle (block {b}, period {period}, window {w})"
+    lines.append(f"seed        {d['seed']}, shuffle {d['shuffle']}{order}")
     ds = d["dataset"]
     size = "endless" if ds["size"] is None else f"{ds['size']:,} samples"
     lines.append(f"dataset     {ds['name']!r}: {size}, digest {ds['digest']}")

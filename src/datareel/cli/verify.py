@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import DatareelError, OptionError, StateDamagedError, StateMismatchError
 from ..loader import Loader
+from ..plan.blocks import BlockShuffle
 from ..plan.nodes import consumed
 from ..plan.schedule import BatchSchedule
 from ..reel.base import Descriptor
@@ -35,7 +36,7 @@ from ..state import check_state
 LISTED_KEYS = 100_000
 """Keys listed by a verdict at most, over all ranks and global batches (then ``truncated``)."""
 
-BUILT_FROM_SPEC = ("seed", "shuffle", "global_batch_size", "packing", "stage")
+BUILT_FROM_SPEC = ("seed", "shuffle", "locality", "global_batch_size", "packing", "stage")
 
 
 def _import(qualified: str, what: str) -> Any:
@@ -69,6 +70,8 @@ def loader_options(
     or ``module:Class`` / ``module:factory`` to import); ``trusted``: import the encoder class or the length
     function the state names (:class:`DatareelError` naming them and the consent otherwise)."""
     options: dict[str, Any] = {k: spec[k] for k in ("seed", "shuffle") if k in spec}
+    if isinstance(spec.get("locality"), dict):  # the block shuffle, with the period the state recorded
+        options["shuffle"] = BlockShuffle.from_json(spec["locality"])
     if "global_batch_size" in spec:  # an int, or a schedule (with where a change anchored it)
         options["global_batch_size"] = BatchSchedule.from_spec(spec["global_batch_size"])
     packing = spec.get("packing")
