@@ -7,6 +7,8 @@ I/O; damage is left to ``read()``, which raises it; in a bucket a micro-batch's 
 from __future__ import annotations
 
 import itertools
+import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,21 +216,29 @@ class Bucket(StoreFiles):
         self.ranges: list[tuple[str, int, int]] = []  # every range read_ranges was asked for
         self.calls = 0  # read_ranges calls
         self.singles = 0  # read_range calls for samples (not metadata, not the opening checks)
+        self.log: Path | None = None  # where every process appends the sample requests it made
+
+    def _logged(self, requests: int) -> None:
+        if self.log is not None:
+            with open(self.log, "a") as f:
+                f.write(f"{requests}\n")
 
     def info(self, path: str) -> ObjectInfo:
         if path not in self.blobs:
             raise NotFound(f"{path} does not exist")
-        return ObjectInfo(len(self.blobs[path]), etag=f'"{hash(self.blobs[path]) & 0xFFFF:x}"')
+        return ObjectInfo(len(self.blobs[path]), etag=f'"{zlib.crc32(self.blobs[path]):x}"')
 
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         if path not in self.blobs:
             raise NotFound(f"{path} does not exist")
         self.singles += path.endswith(".tar") and stop - start != 512
+        self._logged(int(path.endswith(".tar") and stop - start != 512))
         return self.blobs[path][start:stop]
 
     def read_ranges(self, wanted):
         self.calls += 1
         self.ranges += list(wanted)
+        self._logged(len(wanted))
         return {w: self.blobs[w[0]][w[1] : w[2]] for w in wanted}
 
 
@@ -295,11 +305,43 @@ def test_the_node_cache_serves_a_block_to_the_next_process_without_the_store(fre
     assert node_cache.node_cache().fetched == 3
 
 
-def test_a_loader_with_read_blocks_over_a_bucket_gives_the_local_batches(fresh, dataset, bucket):
-    options = dict(global_batch_size=4, micro_batch_size=2, seed=5, task_encoder=Keys())
-    remote = datareel.Loader(datareel.open_dataset("mem-blocks://b/wds"), **options)
-    local = datareel.Loader(datareel.open_dataset(dataset[0]), **options)
-    driver = remote._driver
-    object.__setattr__(driver.maker, "options", ExecOptions(seed=5, read_blocks=((0, 4),)))
-    got = [b["key"] for b in itertools.islice(remote, 12)]
-    assert got == [b["key"] for b in itertools.islice(local, 12)]
+def block_parts(loader, positions: int, k: int) -> int:
+    """Distinct (rank, block part in one shard) pairs the loader's first ``positions`` touch: the requests."""
+    _, index = loader.plan.resolve(np.arange(positions, dtype=np.int64))
+    shard, _ = loader.sources[0].locate_many(index)
+    rank = (np.arange(positions) % (loader.micro_batch_size * loader.world_size)) // loader.micro_batch_size
+    return len(set(zip(rank.tolist(), (index // k).tolist(), shard.tolist())))
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_block_shuffle_loader_over_a_bucket_reads_each_block_once_with_the_local_batches(
+    fresh, dataset, bucket, world_size
+):
+    k, steps = 4, len(datareel.open_dataset(dataset[0])) // (2 * world_size)  # one epoch
+    for rank in range(world_size):
+        blocks._PER_PROCESS.clear()
+        options = dict(global_batch_size=8, micro_batch_size=2, world_size=world_size, rank=rank, seed=5)
+        options.update(shuffle=datareel.BlockShuffle(block=k), task_encoder=Keys())
+        remote = datareel.Loader(datareel.open_dataset("mem-blocks://b/wds"), **options)
+        local = datareel.Loader(datareel.open_dataset(dataset[0]), **options)
+        got = [plain(b) for b in itertools.islice(remote, steps)]
+        assert got == [plain(b) for b in itertools.islice(local, steps)]
+        assert remote._driver.maker.options.read_blocks == ((0, k),)
+    assert bucket.singles == 0
+    assert len(bucket.ranges) == block_parts(remote, steps * 2 * world_size, k)  # one request per block part
+
+
+@pytest.mark.workers
+def test_dataloader_workers_share_the_node_cache(fresh, dataset, bucket, tmp_path):
+    """With 2 workers a block's samples are read by both (micro-steps alternate): the node's cache makes it
+    one request to the store all the same, and the batches are the local ones."""
+    bucket.log = tmp_path / "requests"
+    k, steps = 4, len(datareel.open_dataset(dataset[0])) // 2
+    options = dict(global_batch_size=4, micro_batch_size=2, seed=2, shuffle=datareel.BlockShuffle(block=k))
+    remote = datareel.Loader(datareel.open_dataset("mem-blocks://b/wds"), num_workers=2, task_encoder=Keys(), **options)
+    local = datareel.Loader(datareel.open_dataset(dataset[0]), task_encoder=Keys(), **options)
+    got = [plain(b) for b in itertools.islice(remote, steps)]
+    assert got == [plain(b) for b in itertools.islice(local, steps)]
+    remote.close()
+    requests = sum(int(n) for n in bucket.log.read_text().split())
+    assert requests <= block_parts(local, len(local.sources[0]), k)  # once per node, whichever worker fetched it
