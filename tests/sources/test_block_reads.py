@@ -345,3 +345,31 @@ def test_dataloader_workers_share_the_node_cache(fresh, dataset, bucket, tmp_pat
     remote.close()
     requests = sum(int(n) for n in bucket.log.read_text().split())
     assert requests <= block_parts(local, len(local.sources[0]), k)  # once per node, whichever worker fetched it
+
+
+class KeyOnly:
+    def encode_sample(self, sample):
+        return {"key": f"{sample['__source__']}/{sample['__key__']}"}
+
+
+@pytest.mark.parametrize("case", ["plain", "mixed"])
+def test_restore_everywhere_holds_with_block_reads_from_a_bucket_and_a_shared_cache(fresh, dataset, bucket, case):
+    """Ranks in one process share the process's kept samples and the node's directory: every restore
+    still continues exactly (datareel.testing.check_restore_everywhere)."""
+    from datareel.testing import Topology, check_restore_everywhere
+
+    data = datareel.open_dataset("mem-blocks://b/wds")
+    if case == "mixed":
+        data = datareel.mix([(data, 2), (datareel.from_sequence([{"__key__": f"q{i}"} for i in range(29)]), 1)])
+    report = check_restore_everywhere(
+        data,
+        global_batch_size=12,
+        before=Topology(2, 0, 3),
+        after=Topology(3, 0, 2),
+        global_batches=4,
+        seed=4,
+        task_encoder=KeyOnly(),
+        shuffle=datareel.BlockShuffle(block=4),
+    )
+    assert report["restored"] >= 1
+    assert len(bucket.ranges) > 0 and bucket.singles == 0  # read in blocks
