@@ -7,6 +7,7 @@ I/O; damage is left to ``read()``, which raises it; in a bucket a micro-batch's 
 from __future__ import annotations
 
 import itertools
+import os
 import zlib
 from pathlib import Path
 
@@ -373,3 +374,35 @@ def test_restore_everywhere_holds_with_block_reads_from_a_bucket_and_a_shared_ca
     )
     assert report["restored"] >= 1
     assert len(bucket.ranges) > 0 and bucket.singles == 0  # read in blocks
+
+
+def test_block_reads_from_s3_give_the_local_batches_through_the_node_cache(fresh, dataset, tmp_path, monkeypatch):
+    """Over a real S3 server (moto) behind a counting proxy: the batches of the local copy, a ranged GET per
+    block part (plus each shard's opening check), and a second reader on the node asks the server for no
+    sample bytes."""
+    from s3_server import FaultyProxy, make_bucket, s3_server, upload
+
+    with s3_server():
+        make_bucket("blocks")
+        upload(dataset[0], "s3://blocks/wds")
+        proxy = FaultyProxy(os.environ["AWS_ENDPOINT_URL"])
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        try:
+            k, steps = 4, len(datareel.open_dataset(dataset[0])) // 2
+            options = dict(global_batch_size=4, micro_batch_size=2, seed=8, task_encoder=Keys())
+            options.update(shuffle=datareel.BlockShuffle(block=k))
+            local = datareel.Loader(datareel.open_dataset(dataset[0]), **options)
+            expected = [plain(b) for b in itertools.islice(local, steps)]
+            remote = datareel.Loader(datareel.open_dataset("s3://blocks/wds"), **options)
+            before = proxy.ranged_gets
+            assert [plain(b) for b in itertools.islice(remote, steps)] == expected
+            gets = proxy.ranged_gets - before
+            assert gets <= block_parts(local, 2 * steps, k) + len(SIZES)  # + each shard's tar-end check
+            assert any(p.name.endswith(".blk") for p in (tmp_path / "node").iterdir())
+            blocks._PER_PROCESS.clear()  # another process on the node
+            again = datareel.Loader(datareel.open_dataset("s3://blocks/wds"), **options)
+            before = proxy.ranged_gets
+            assert [plain(b) for b in itertools.islice(again, steps)] == expected
+            assert proxy.ranged_gets - before <= len(SIZES)  # the opening checks only
+        finally:
+            proxy.close()
