@@ -14,7 +14,10 @@ The last reference read (or garbage-collected) removes the entry and its file.  
 the store's raw bytes and decodes them when read back; ``"pickle"`` caches the decoded value pickled.
 
 Each process has its own cache directory (``parent_cache_dir/cache_<random>``) and threads: a pool that
-reaches a DataLoader worker (forked or unpickled) starts afresh there, with nothing pending.
+reaches a DataLoader worker (forked or unpickled) starts afresh there, with nothing pending.  The
+directory is removed by :meth:`FileStoreCachePool.close` (a lazy read after it reads from its store; a
+value moved by ``to_cache`` and not read yet is gone, and its ``get`` says so), else when the pool is
+garbage-collected or the process exits (Energon leaves it behind).
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import shutil
 import tempfile
 import threading
 import uuid
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ...errors import OptionError
+from ...errors import DatasetError, OptionError
 from ...sources.source_info import SourceInfo, add_source_info
 from ...sources.typed import edataclass
 from .base import CachePool, FileStore, Lazy
@@ -91,7 +96,14 @@ class CacheFileLazy(Lazy[T]):
 
     def get(self, sample: Any = None) -> T:
         if not self._loaded:
-            with open(self.cache_path, "rb") as f:  # type: ignore[arg-type]
+            try:
+                f = open(self.cache_path, "rb")  # type: ignore[arg-type]
+            except FileNotFoundError:
+                raise DatasetError(
+                    f"to_cache value {self.fname!r}: its file {self.cache_path} is gone (the pool was closed, which "
+                    f"removes its directory); read such values before FileStoreCachePool.close()"
+                ) from None
+            with f:
                 self._data = pickle.load(f)  # own bytes: written by to_cache into this pool's private dir
             self._loaded = True
             self.cache_path.unlink(missing_ok=True)  # type: ignore[union-attr]
@@ -157,6 +169,7 @@ class FileStoreCachePool(CachePool):
         self.parent_cache_dir.mkdir(parents=True, exist_ok=True)
         # private to this process (0o700, new): the pickles read back below are only ever this pool's own bytes
         self.cache_dir.mkdir(mode=0o700, exist_ok=False)
+        self._remove_dir = weakref.finalize(self, _remove_dir, self.cache_dir, self._pid)
 
     def _here(self) -> None:
         if self._pid != os.getpid():  # a forked worker: the parent's threads do not exist here
@@ -198,7 +211,12 @@ class FileStoreCachePool(CachePool):
         cached: bool | None = None
         try:
             cached = bool(future.result()) if future is not None else False
-            return self._read_cached(entry) if cached else ds[fname]
+            if cached:
+                try:
+                    return self._read_cached(entry)
+                except FileNotFoundError:  # the pool was closed (its directory removed): read from the store
+                    pass
+            return ds[fname]
         finally:
             with self._lock:
                 entry.require_data_now = False
@@ -266,7 +284,6 @@ class FileStoreCachePool(CachePool):
         return self.cache_dir / f"{digest(str(ds.get_path()))}_{digest(fname)}"
 
     def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as f:
             f.write(data)
 
@@ -294,12 +311,15 @@ class FileStoreCachePool(CachePool):
     def to_cache(self, data: T, name: str) -> CacheFileLazy[T]:
         """``data`` pickled to a file of its own; the lazy returned loads it (once) and removes the file."""
         self._here()
+        if self._closing:
+            raise RuntimeError("FileStoreCachePool.to_cache: the pool is closed; make a new one")
         path = self.cache_dir / str(uuid.uuid4())
         self._write(path, pickle.dumps(data))
         return CacheFileLazy(ds=None, fname=name, pool=self, cache_path=path)
 
     def close(self) -> None:
-        """Cancel the copies not started, stop waiting ones, wait for the running ones."""
+        """Cancel the copies not started, stop waiting ones, wait for the running ones; then remove the
+        cache directory (see the module docstring)."""
         if self._pid != os.getpid():
             return
         with self._lock:
@@ -311,6 +331,8 @@ class FileStoreCachePool(CachePool):
         self._workers.shutdown(wait=True)
         with self._lock:
             self._pending.clear()
+            self.current_cache_size = self.current_cache_count = 0
+        self._remove_dir()
 
     # -- crossing to workers ------------------------------------------------------------------------------
     _CONFIG = ("parent_cache_dir", "num_workers", "method", "max_cache_size", "max_cache_count")
@@ -328,3 +350,10 @@ class FileStoreCachePool(CachePool):
             f"max_cache_count={self.max_cache_count}, method={self.method}, "
             f"current_cache_size={self.current_cache_size}, current_cache_count={self.current_cache_count})"
         )
+
+
+def _remove_dir(path: Path, pid: int) -> None:
+    """Remove a pool's cache directory, in the process that made it only (a forked worker's copy of the
+    pool must not remove its parent's)."""
+    if os.getpid() == pid:
+        shutil.rmtree(path, ignore_errors=True)

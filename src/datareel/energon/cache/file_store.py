@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sqlite3
 import tempfile
+import weakref
 from typing import Any
 
 from ...errors import DatasetError
@@ -28,6 +30,8 @@ from .base import FileStore, FileStoreDecoder, FileStoreWrapper
 __all__ = ["DecodeFileStore", "JsonlFileStore", "SystemFileStore", "WebdatasetFileStore", "epath"]
 
 ENTRY_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+JSONL_KEY = re.compile(r"(0|[1-9][0-9]*)(?:[.]json)?", re.ASCII)
+"""A JSONL sample key: the line number as ``str(n)`` writes it, with Energon's ``.json`` or without."""
 """``"<key>.<part>"`` -> key, part: the key ends at the first dot of the last path component (Energon's rule)."""
 INDEX_SQLITE = "index.sqlite"
 
@@ -75,15 +79,24 @@ class _Local:
 
 
 def _sqlite(url: str, state: dict[str, Any]) -> sqlite3.Connection:
-    """A read-only connection to the sqlite file at ``url`` (a remote one is downloaded first, once)."""
+    """A read-only connection to the sqlite file at ``url`` (a remote one is downloaded first, once, to a
+    temporary directory removed as soon as sqlite holds the file open, or else when the process exits)."""
     db = state.get("sqlite")
     if db is None:
-        path = url
-        if is_remote(url):
+        if not is_remote(url):
+            db = sqlite3.connect(f"file:{url}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        else:
             tmp = tempfile.mkdtemp(prefix="datareel-index-")
-            path = os.path.join(tmp, INDEX_SQLITE)
-            files_for(url).download(url, path)
-        db = state["sqlite"] = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            try:
+                path = os.path.join(tmp, INDEX_SQLITE)
+                files_for(url).download(url, path)
+                db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the file now
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)  # POSIX: an open file outlives its name
+            if os.path.isdir(tmp):  # a system that keeps open files: remove it at exit
+                weakref.finalize(db, shutil.rmtree, tmp, ignore_errors=True)
+        state["sqlite"] = db
     return db
 
 
@@ -111,7 +124,20 @@ class SystemFileStore(_Local, FileStore[bytes]):
         self.base_dir = epath(base_dir) if base_dir is not None else None
 
     def _url(self, key: str) -> str:
-        return key if self.base_dir is None else join(str(self.base_dir), key)
+        """Where ``key`` is read; a key that would leave ``base_dir`` is refused, naming it."""
+        if self.base_dir is None:
+            return key
+        if not isinstance(key, str) or not key or "\0" in key:
+            raise DatasetError(
+                f"SystemFileStore({self.base_dir}): key {key!r} is empty or not a path; give a path relative to it"
+            )
+        if key.startswith("/") or "://" in key or ".." in key.split("/"):
+            raise DatasetError(
+                f"SystemFileStore({self.base_dir}): key {key!r} leaves the store's directory (an absolute path, a "
+                f"URL or a '..' part); give a path relative to {self.base_dir} without '..', or read it from a "
+                f"SystemFileStore() without base_dir, which takes absolute paths"
+            )
+        return join(str(self.base_dir), key)
 
     def __getitem__(self, key: str) -> tuple[bytes, SourceInfo]:
         url = self._url(key)
@@ -173,12 +199,19 @@ class WebdatasetFileStore(_Local, FileStore[bytes]):
         row = db.execute(
             "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s JOIN sample_parts p"
             " ON p.tar_file_id = s.tar_file_id AND p.sample_index = s.sample_index"
-            " WHERE s.sample_key = ? AND p.part_name = ?",
+            " WHERE s.sample_key = ? AND p.part_name = ? LIMIT 2",
             (sample_key, part),
-        ).fetchone()
-        if row is None:
+        ).fetchall()
+        if not row:
             raise KeyError(f"{self._url} has no file {key!r} (no sample {sample_key!r} with a part {part!r})")
-        tar_id, offset, size = row
+        if len(row) > 1:
+            shards = self._state()["shards"]
+            raise DatasetError(
+                f"{self._url}: file {key!r} is found more than once (sample key {sample_key!r} in shards "
+                f"{sorted({shards[r[0]] for r in row})}); a lookup by key needs each key once: give the samples "
+                f"unique keys and prepare the dataset again (energon prepare refuses repeated keys)"
+            )
+        tar_id, offset, size = row[0]
         shard = self._state()["shards"][tar_id]
         url = join(self._url, shard)
         data = files_for(url).read_range(url, offset, offset + size)
@@ -192,7 +225,8 @@ class WebdatasetFileStore(_Local, FileStore[bytes]):
 
 
 class JsonlFileStore(FileStore[bytes]):
-    """A prepared ``.jsonl`` file's lines (raw bytes) by sample key (the line's index, as a string)."""
+    """A prepared ``.jsonl`` file's lines (raw bytes) by sample key: Energon's ``"<n>.json"``, or ``"<n>"``,
+    ``n`` the line's index as ``str(n)`` writes it (any other spelling is refused, naming the key)."""
 
     def __init__(self, jsonl_path: Any):
         from ...formats.jsonl.reader import JsonlSource
@@ -206,11 +240,17 @@ class JsonlFileStore(FileStore[bytes]):
     def __getitem__(self, key: str) -> tuple[bytes, SourceInfo]:
         from ...sources.index_files import sample_range
 
-        try:
-            index = int(key)
-        except ValueError:
-            raise KeyError(f"{key!r} is not a sample key of {self.jsonl_path} (keys are line numbers)") from None
+        match = JSONL_KEY.fullmatch(key) if isinstance(key, str) else None
+        if match is None:
+            raise KeyError(
+                f"{key!r} is not a sample key of {self.jsonl_path}: keys are line numbers as '<n>.json' (Energon's) "
+                f"or '<n>', n written without sign, spaces, '_' or leading zeros (e.g. '2.json')"
+            )
+        index = int(match.group(1))
         url = str(self._source.path)
-        start, stop = sample_range(self._source._index(), index, lambda: f"{url}.idx")
+        idx = self._source._index()
+        if index >= len(idx) - 1:
+            raise KeyError(f"{key!r} is not a sample key of {self.jsonl_path}: it holds {len(idx) - 1} lines")
+        start, stop = sample_range(idx, index, lambda: f"{url}.idx")
         data = files_for(url).read_range(url, start, stop)
         return data, SourceInfo(dataset_path=self.jsonl_path, index=index, shard_name=url, file_names=(key,))
