@@ -152,6 +152,31 @@ def join_index(yaml_path: Path, columns: list[Column], where: str) -> JoinIndex:
     return JoinIndex(path)
 
 
+def _defined_in(loaded: Any, module: str, name: Any, where: str) -> Any:
+    """``module``'s object ``name`` (a dotted path of public names), refused unless it is defined in
+    ``module`` or a submodule of it: an attribute path may not walk into what the module imported."""
+    parts = str(name).split(".")
+    private = [part for part in parts if not part or part.startswith("_")]
+    if private:
+        raise DatasetError(
+            f"{where}.joiner: {name!r} has parts that are empty or start with '_' ({private}); a joiner is a public "
+            f"function or class of {module}: name it by its public name"
+        )
+    obj = loaded
+    for part in parts:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise DatasetError(f"{where}.joiner: module {module!r} has no {name!r}; fix the joiner's name")
+    home = getattr(obj, "__module__", None)
+    if not (isinstance(home, str) and (home == module or home.startswith(f"{module}."))):
+        raise DatasetError(
+            f"{where}.joiner: {module}.{name} is {name!r} of module {module!r}, but it is defined in {home!r}; "
+            f"datareel takes only objects defined in the module a YAML names: name {home}.<its name> instead, "
+            f"or pass it in code (load_metadataset(..., joiners={{{f'{module}.{name}'!r}: obj}}))"
+        )
+    return obj
+
+
 def resolve_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = None) -> tuple[Callable[..., Any], str]:
     """The joiner a YAML names -> (callable, ``"module.name"``); see the module doc."""
     from ..sources.joined import sample_joiner
@@ -178,11 +203,7 @@ def resolve_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = No
                 f"dataset names. Import {module} in your program before loading the dataset, or pass the joiner in "
                 f"code: load_metadataset(..., joiners={{{label!r}: obj}})"
             )
-        obj = loaded
-        for part in str(name).split("."):
-            obj = getattr(obj, part, None)
-        if obj is None:
-            raise DatasetError(f"{where}.joiner: module {module!r} has no {name!r}; fix the joiner's name")
+        obj = _defined_in(loaded, module, name, where)
     if kinds[0] == "__class__" and not isinstance(obj, type):
         raise DatasetError(f"{where}.joiner: __class__ {label} is not a class; name a function with __function__")
     if isinstance(obj, type) and issubclass(obj, Sample):
