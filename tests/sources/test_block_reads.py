@@ -23,7 +23,7 @@ from datareel.errors import DatasetError, NotFound
 from datareel.execute.batch import BatchMaker
 from datareel.execute.encoder import ResolvedEncoder
 from datareel.execute.options import ExecOptions
-from datareel.formats.webdataset import blocks
+from datareel.formats.webdataset import kept
 from datareel.reel.base import Descriptor
 from datareel.storage import ObjectInfo, StoreFiles, node_cache, register_scheme, unregister_scheme
 from datareel.storage.handles import Descriptor as OpenFile
@@ -54,10 +54,10 @@ def fresh(monkeypatch, tmp_path):
     """An empty sample cache and a node cache directory of the test's own (hypothesis tests clear the
     sample cache themselves: they take no function-scoped fixture)."""
     monkeypatch.setenv("DATAREEL_NODE_CACHE", str(tmp_path / "node"))
-    blocks._PER_PROCESS.clear()
+    kept._PER_PROCESS.clear()
     node_cache._PER_PROCESS.clear()
     yield
-    blocks._PER_PROCESS.clear()
+    kept._PER_PROCESS.clear()
     node_cache._PER_PROCESS.clear()
 
 
@@ -82,7 +82,7 @@ def one_by_one(source, indices):
     decode=st.sampled_from([False, True]),
 )
 def test_block_reads_give_the_samples_of_one_by_one_reads(dataset, k, batches, excludes, decode):
-    blocks._PER_PROCESS.clear()
+    kept._PER_PROCESS.clear()
     source = datareel.open_dataset(dataset[excludes], decode=decode)
     for asked in batches:
         indices = np.array([i % len(source) for i in asked], dtype=np.int64)
@@ -114,11 +114,11 @@ def test_a_block_is_cut_to_its_shard_and_excluded_samples_are_read_and_dropped(f
     source = datareel.open_dataset(dataset[1], decode=False)
     # index 2 is split index 4 (s00002 and s00003 are excluded): its block of 8, [0, 8), spans shard 0's
     # first 8 kept samples; shard 0 holds 8 kept samples, so the block ends with the shard
-    kept = blocks.sample_cache()
+    held = kept.sample_cache()
     got = source.read_many(np.array([2]), block=8)
     assert plain(got[0]) == plain(source.read(2))
     shard0 = source._paths[0]
-    assert {key for key in kept._kept} == {(shard0, i) for i in (0, 1, 5, 6, 7, 8, 9)}  # no excluded, no shard 1
+    assert {key for key in held._kept} == {(shard0, i) for i in (0, 1, 5, 6, 7, 8, 9)}  # no excluded, no shard 1
 
 
 def test_damage_inside_a_block_is_left_to_read_which_raises_it(fresh, dataset, tmp_path):
@@ -138,7 +138,7 @@ def test_damage_inside_a_block_is_left_to_read_which_raises_it(fresh, dataset, t
     with pytest.raises(DatasetError, match="no valid tar header"):
         source.read(5)
     shard.write_bytes(bytes(data[: int(idx[6])]))  # truncated after it was opened: block [4, 8) comes short
-    blocks._PER_PROCESS.clear()
+    kept._PER_PROCESS.clear()
     assert source.read_many(np.array([4, 6]), block=4) == [None, None]
     with pytest.raises(DatasetError, match="truncated"):
         source.read(6)
@@ -146,19 +146,19 @@ def test_damage_inside_a_block_is_left_to_read_which_raises_it(fresh, dataset, t
 
 def test_a_small_sample_cache_keeps_the_samples_right(fresh, dataset, monkeypatch):
     monkeypatch.setenv("DATAREEL_BLOCK_CACHE_BYTES", "40000")  # a block of 8 here spans ~32 KB
-    blocks._PER_PROCESS.clear()
+    kept._PER_PROCESS.clear()
     source = datareel.open_dataset(dataset[0], decode=False)
     for i in [*range(0, len(source), 2), *range(1, len(source), 2)]:
         assert plain(source.read_many(np.array([i]), block=8)[0]) == plain(source.read(i))
-        assert blocks.sample_cache().bytes <= 40000
+        assert kept.sample_cache().bytes <= 40000
     monkeypatch.setenv("DATAREEL_BLOCK_CACHE_BYTES", "lots")
-    blocks._PER_PROCESS.clear()
+    kept._PER_PROCESS.clear()
     with pytest.raises(datareel.OptionError, match="DATAREEL_BLOCK_CACHE_BYTES='lots'"):
-        blocks.sample_cache()
+        kept.sample_cache()
 
 
 def test_the_sample_cache_counts_a_blocks_bytes_once_and_evicts_whole_blocks():
-    cache = blocks.SampleCache(250)
+    cache = kept.SampleCache(250)
     first, second = bytes(100), bytes(120)
     for i in range(4):
         cache.put(("a.tar", i), ([], first, ("a", i, 0, 0)))
@@ -175,7 +175,7 @@ def test_the_sample_cache_counts_a_blocks_bytes_once_and_evicts_whole_blocks():
 def test_without_blocks_the_sample_path_is_unchanged(fresh, dataset):
     source = datareel.open_dataset(dataset[0], decode=False)
     source.read_many(np.arange(6))
-    assert len(blocks.sample_cache()) == 0
+    assert len(kept.sample_cache()) == 0
 
 
 # -- batches: the batch maker with and without read_blocks --------------------------------------------
@@ -193,7 +193,7 @@ class Keys:
     excludes=st.booleans(),
 )
 def test_batches_are_the_same_with_and_without_block_reads(dataset, k, steps, excludes):
-    blocks._PER_PROCESS.clear()
+    kept._PER_PROCESS.clear()
     source = datareel.open_dataset(dataset[excludes])
     plain_maker = BatchMaker([source], ResolvedEncoder(Keys()), ExecOptions(seed=3))
     block_maker = BatchMaker([source], ResolvedEncoder(Keys()), ExecOptions(seed=3, read_blocks=((0, k),)))
@@ -297,7 +297,7 @@ def test_the_node_cache_serves_a_block_to_the_next_process_without_the_store(fre
     got = first.read_many(np.array([0, 9, 20]), block=k)
     asked = len(bucket.ranges)
     assert asked == 3 and all(s is not None for s in got)
-    blocks._PER_PROCESS.clear()  # as another process: no sample kept in memory
+    kept._PER_PROCESS.clear()  # as another process: no sample kept in memory
     second = datareel.open_dataset("mem-blocks://b/wds", decode=False)
     second.prefetch(np.array([1, 8, 21]), block=k)  # the same blocks: [0, 8), [8, 10) and [18, 24)
     again = second.read_many(np.array([1, 8, 21]), block=k)
@@ -320,7 +320,7 @@ def test_a_block_shuffle_loader_over_a_bucket_reads_each_block_once_with_the_loc
 ):
     k, steps = 4, len(datareel.open_dataset(dataset[0])) // (2 * world_size)  # one epoch
     for rank in range(world_size):
-        blocks._PER_PROCESS.clear()
+        kept._PER_PROCESS.clear()
         options = dict(global_batch_size=8, micro_batch_size=2, world_size=world_size, rank=rank, seed=5)
         options.update(shuffle=datareel.BlockShuffle(block=k), task_encoder=Keys())
         remote = datareel.Loader(datareel.open_dataset("mem-blocks://b/wds"), **options)
@@ -399,10 +399,60 @@ def test_block_reads_from_s3_give_the_local_batches_through_the_node_cache(fresh
             gets = proxy.ranged_gets - before
             assert gets <= block_parts(local, 2 * steps, k) + len(SIZES)  # + each shard's tar-end check
             assert any(p.name.endswith(".blk") for p in (tmp_path / "node").iterdir())
-            blocks._PER_PROCESS.clear()  # another process on the node
+            kept._PER_PROCESS.clear()  # another process on the node
             again = datareel.Loader(datareel.open_dataset("s3://blocks/wds"), **options)
             before = proxy.ranged_gets
             assert [plain(b) for b in itertools.islice(again, steps)] == expected
             assert proxy.ranged_gets - before <= len(SIZES)  # the opening checks only
         finally:
             proxy.close()
+
+
+class SlowBucket(Bucket):
+    """A bucket whose batched reads take a while, noting the thread that asked."""
+
+    def __init__(self, blobs):
+        super().__init__(blobs)
+        self.threads: list[str] = []
+
+    def read_ranges(self, wanted):
+        import threading
+        import time
+
+        self.threads.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return super().read_ranges(wanted)
+
+
+def test_blocks_announced_ahead_are_fetched_in_the_background_and_used_once(fresh, dataset, bucket, monkeypatch):
+    slow = SlowBucket({url.replace("mem-blocks://", "mem-slow://"): blob for url, blob in bucket.blobs.items()})
+    register_scheme("mem-slow", lambda: slow)
+    try:
+        k, m = 4, 3
+        source = datareel.open_dataset("mem-slow://b/wds", decode=False)
+        local = datareel.open_dataset(dataset[0], decode=False)
+        order = block_order(len(source), k, m)
+        for step, batch in enumerate(order):
+            source.prefetch(batch, block=k)
+            got = source.read_many(batch, block=k)
+            ahead = order[step + 1 : step + 1 + k]  # the next k micro-batches, announced
+            source.fetch_ahead(np.concatenate(ahead) if ahead else np.array([], dtype=np.int64), k)
+            assert [plain(s) for s in got] == one_by_one(source, batch)  # read() reads alone (read_range)
+        assert any(name.startswith("datareel-ahead") for name in slow.threads)  # fetched in the background
+        read = sum(b - a for _, a, b in slow.ranges)
+        assert read == int(local.byte_sizes(np.arange(len(local))).sum())  # nothing fetched twice
+        kept._PER_PROCESS.clear()  # the batch maker passes what it is told of later micro-batches on
+        maker = BatchMaker([source], ResolvedEncoder(Keys()), ExecOptions(seed=1, read_blocks=((0, k),)))
+        source._ahead = None
+        maker.prefetch(
+            np.zeros(2, dtype=np.int32), np.array([0, 4]), ahead=(np.zeros(1, dtype=np.int32), np.array([8]))
+        )
+        assert source._ahead.take(("mem-slow://b/wds/parts/data-0.tar", *map(int, source._index(0)[[8, 10]])))
+        monkeypatch.setenv("DATAREEL_LOOKAHEAD_BYTES", "0")  # off: the same batches, nothing in the background
+        kept._PER_PROCESS.clear()
+        fresh_source = datareel.open_dataset("mem-slow://b/wds", decode=False)
+        slow.threads.clear()
+        fresh_source.fetch_ahead(np.arange(8), k)
+        assert slow.threads == [] and fresh_source._ahead.bytes == 0
+    finally:
+        unregister_scheme("mem-slow")

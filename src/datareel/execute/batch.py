@@ -186,12 +186,16 @@ class BatchMaker(Dataset):
                 f"micro-step {desc.step} (reel positions {first}..{last}) failed: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def prefetch(self, source_ids: np.ndarray, indices: np.ndarray) -> None:
+    def prefetch(
+        self, source_ids: np.ndarray, indices: np.ndarray, ahead: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> None:
         """Read the samples read next (a micro-batch, or a window's chunk) together where their sources can
         (:meth:`~datareel.sources.base.Source.read_many`), after telling sources in buckets to fetch them.
         A hint only: whatever goes wrong here is reported when the sample is read, under the error
         policy. A source the block shuffle reads in blocks of ``k`` (``options.read_blocks``) that reads blocks
-        (``reads_blocks``) is asked with ``block=k``. source_ids, indices: int64[k]."""
+        (``reads_blocks``) is asked with ``block=k``. source_ids, indices: int64[k]. ``ahead``: ``(source_ids,
+        indices)`` of micro-batches made later by this process; block sources in buckets start fetching their
+        blocks in the background (``fetch_ahead``, bounded bytes)."""
         self._ready = {}  # one micro-batch's samples at most are held
         blocks = dict(self.options.read_blocks)  # source id -> samples per block
         for source_id in np.unique(source_ids).tolist():
@@ -212,6 +216,10 @@ class BatchMaker(Dataset):
             for index, sample in zip(mine.tolist(), read):
                 if sample is not None:
                     self._ready[source_id, index] = sample
+        for source_id in np.unique(ahead[0]).tolist() if ahead is not None else ():
+            source, k = self.sources[source_id], blocks.get(source_id, 1)
+            if k > 1 and source.prefetches and hasattr(source, "fetch_ahead"):
+                source.fetch_ahead(np.unique(ahead[1][ahead[0] == source_id]), k)  # never raises
 
     def read_ahead(self, source_ids: np.ndarray, indices: np.ndarray) -> None:
         """Before the samples ``indices`` of ``source_ids`` (int64[k]) are made: :meth:`prefetch`; with the

@@ -16,97 +16,23 @@ left to ``read()``, which reads it alone and raises what is wrong under the erro
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...errors import DatasetError, OptionError
+from ...errors import DatasetError
 from ...sources.index_files import sample_range
 from ...storage import Files, HandleCache
 from ...storage.handles import Handle
 from ...storage.node_cache import BlockKey, node_cache
+from .ahead import Ahead, ahead_limit
+from .kept import Raw, SampleCache, sample_cache
 from .members import group
 from .tarparse import iter_members, plain_members
 
-ENV_CACHE_BYTES = "DATAREEL_BLOCK_CACHE_BYTES"
-CACHE_BYTES = 256 << 20
-"""Default bytes of raw samples one process keeps from the blocks it read (``DATAREEL_BLOCK_CACHE_BYTES``)."""
 SPAN_LIMIT = 64 << 20
 """A block whose byte span is longer than this (big samples: video) is read a sample at a time."""
-Raw = tuple[str, dict[str, bytes]]  # (key, {part: bytes})
-Members = list[tuple[str, int, int]]  # (name, data offset in the block's bytes, size) of one sample's members
-Kept = tuple[Members, bytes, tuple[str, int, int, int]]
-"""A kept sample: its members, the block's bytes they index, and where it is (for group's errors). Its
-parts are copied out when it is used (into memory a process reuses; copies made when the block is read
-would fill fresh pages: measured 5x slower for 100 KB samples)."""
-
-
-class SampleCache:
-    """Samples by ``(shard url, index in shard)`` (:data:`Kept`), the least recently put out first while the
-    blocks' bytes they hold exceed ``limit`` (a block's bytes count once, until its last kept sample goes)."""
-
-    def __init__(self, limit: int):
-        self.limit, self.bytes = limit, 0
-        self._kept: OrderedDict[tuple[str, int], Kept] = OrderedDict()
-        self._blocks: dict[int, list[int]] = {}  # id of a block's bytes -> [its samples kept, its length]
-        self._lock = threading.Lock()
-
-    def __contains__(self, key: tuple[str, int]) -> bool:
-        return key in self._kept
-
-    def pop(self, key: tuple[str, int]) -> Kept | None:
-        with self._lock:
-            found = self._kept.pop(key, None)
-            if found is not None:
-                self._release(found[1])
-            return found
-
-    def put(self, key: tuple[str, int], kept: Kept) -> None:
-        blob = kept[1]
-        with self._lock:
-            old = self._kept.pop(key, None)
-            if old is not None:
-                self._release(old[1])
-            if len(blob) > self.limit:
-                return
-            self._kept[key] = kept
-            held = self._blocks.setdefault(id(blob), [0, len(blob)])
-            held[0] += 1
-            self.bytes += len(blob) if held[0] == 1 else 0
-            while self.bytes > self.limit:
-                self._release(self._kept.popitem(last=False)[1][1])
-
-    def _release(self, blob: bytes) -> None:
-        held = self._blocks[id(blob)]
-        held[0] -= 1
-        if not held[0]:
-            del self._blocks[id(blob)]
-            self.bytes -= held[1]
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-
-_PER_PROCESS: dict[int, SampleCache] = {}
-
-
-def sample_cache() -> SampleCache:
-    """This process's cache (a forked child starts empty), sized by ``DATAREEL_BLOCK_CACHE_BYTES``."""
-    pid = os.getpid()
-    found = _PER_PROCESS.get(pid)
-    if found is None:
-        text = os.environ.get(ENV_CACHE_BYTES)
-        if text is not None and not text.strip().isdigit():
-            raise OptionError(
-                f"{ENV_CACHE_BYTES}={text!r} must be a whole number of bytes (raw samples each process keeps "
-                f"from the blocks it read; default {CACHE_BYTES}; 0 keeps none)"
-            )
-        _PER_PROCESS.clear()
-        found = _PER_PROCESS[pid] = SampleCache(CACHE_BYTES if text is None else int(text))
-    return found
 
 
 @dataclass(frozen=True)
@@ -137,6 +63,7 @@ class BlockReads:
     _size: int
     _blocks: dict[tuple[str, int, int], bytes]
     _etag_seen: dict[str, str]
+    _ahead: Ahead | None  # this process's blocks fetched ahead (made on first use)
 
     if TYPE_CHECKING:  # from ShardReads and the reader
 
@@ -200,8 +127,36 @@ class BlockReads:
         first_use = [s for s in np.unique(shard).tolist() if cache.peek(self._paths[s]) is None]
         files.each(self._index, first_use)  # failures are remembered by the handle cache and raised on read
         _, spans = self._spans(wanted, k, sample_cache())
-        got = self._fetch([(x.shard, x.start, x.stop) for x in spans])
-        self._blocks = {(self._paths[s], a, b): blob for (s, a, b), blob in got if blob is not None}
+        got = self._span_bytes(spans)  # what was fetched ahead, and the rest together
+        self._blocks = {
+            (self._paths[x.shard], x.start, x.stop): blob for x, blob in zip(spans, got) if blob is not None
+        }
+
+    def fetch_ahead(self, indices: np.ndarray, k: int) -> None:
+        """In a bucket: start fetching the blocks of samples ``indices`` (int64[n], of micro-batches made
+        later) in the background, at most ``DATAREEL_LOOKAHEAD_BYTES`` of them fetched or held ahead
+        (:mod:`.ahead`); the read that needs one takes it. Locally nothing (the kernel reads ahead). A hint:
+        never raises."""
+        if not self.prefetches:
+            return
+        try:
+            wanted = np.unique(np.asarray(indices, dtype=np.int64))
+            shard, _ = self.locate_many(wanted)
+            cache, files = self._cache(), self._store()
+            if self._ahead is None:
+                self._ahead = Ahead(ahead_limit(os.environ.get("DATAREEL_LOOKAHEAD_BYTES")))
+            first_use = [s for s in np.unique(shard).tolist() if cache.peek(self._paths[s]) is None]
+            files.each(self._index, first_use)
+            _, spans = self._spans(wanted, k, sample_cache())
+        except Exception:
+            return
+        by_range = {(self._paths[x.shard], x.start, x.stop): (x.shard, x.start, x.stop) for x in spans}
+
+        def fetch(ranges: list[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes]:
+            got = dict(self._fetch([by_range[r] for r in ranges]))
+            return {r: blob for r in ranges if (blob := got.get(by_range[r])) is not None}
+
+        self._ahead.submit(list(by_range), fetch)
 
     def _spans(self, wanted: np.ndarray, k: int, kept: SampleCache) -> tuple[list[tuple[int, int, int]], list[Span]]:
         """``(hits, spans)``: the samples of ``wanted`` (int64[u], sorted) kept already, as ``(index, shard,
@@ -243,6 +198,10 @@ class BlockReads:
     def _span_bytes(self, spans: list[Span]) -> list[bytes | None]:
         """Each span's bytes (prefetched, else read now), or ``None`` where the read failed or came short."""
         out: list[bytes | None] = [self._blocks.pop((self._paths[x.shard], x.start, x.stop), None) for x in spans]
+        if self._ahead is not None:  # fetched ahead (waiting for a fetch under way)
+            for j, x in enumerate(spans):
+                if out[j] is None:
+                    out[j] = self._ahead.take((self._paths[x.shard], x.start, x.stop))
         todo = [j for j, blob in enumerate(out) if blob is None]
         if todo:
             for j, (_, blob) in zip(todo, self._fetch([(spans[j].shard, spans[j].start, spans[j].stop) for j in todo])):

@@ -97,6 +97,7 @@ class WebDatasetSource(ShardReads, BlockReads, Source):
         self._fetched: dict[tuple[str, int, int], bytes] = {}  # prefetched: one micro-batch's ranges
         self._blocks: dict[tuple[str, int, int], bytes] = {}  # prefetched: one micro-batch's blocks
         self._etag_seen: dict[str, str] = {}  # shard url -> its ETag when opened (the node cache's keys)
+        self._ahead = None  # blocks fetched ahead in this process (.ahead)
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
         self._etags = meta.read_etags(self.root)  # shard -> ETag when indexed (prepared in a bucket), else {}
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
@@ -306,4 +307,4 @@ class WebDatasetSource(ShardReads, BlockReads, Source):
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": None, "_handles": None, "_fetched": {}, "_blocks": {}}
+        return {**self.__dict__, "_pid": None, "_handles": None, "_fetched": {}, "_blocks": {}, "_ahead": None}

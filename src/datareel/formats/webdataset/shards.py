@@ -36,6 +36,7 @@ class ShardReads:
     _fetched: dict[tuple[str, int, int], bytes]
     _blocks: dict[tuple[str, int, int], bytes]
     _etag_seen: dict[str, str]
+    _ahead: Any
 
     if TYPE_CHECKING:  # the block path (.blocks.BlockReads)
 
@@ -115,7 +116,7 @@ class ShardReads:
         asking the store again."""
         if self._pid != os.getpid() or self._handles is None:  # first use in this process (a worker after fork)
             self._pid, self._handles, self._fetched = os.getpid(), self._store().handle_cache(), {}
-            self._blocks = {}
+            self._blocks, self._ahead = {}, None
         return self._handles
 
     def _handle(self, s: int) -> Handle:
