@@ -75,19 +75,48 @@ def jsonl_source_info(path: Any, index: int) -> SourceInfo:
 def source_info_of(source: Any, index: int) -> tuple[SourceInfo, ...] | None:
     """The records of sample ``index`` of ``source`` without decoding it (what an error handler is told of a
     sample that failed to decode or encode): through views, filters and aux sources to the reader, which
-    names its read (``source_info(index)``); ``None`` where no reader on the way keeps records."""
+    names its read (``source_info(index)``); ``None`` where no reader on the way keeps records, or where
+    making them fails (a WebDataset reader re-reads the members to name them: for a sample whose bytes
+    failed that fails alike, and must not replace the sample's own error)."""
     import numpy as np
 
     from .base import MappedSource
 
-    while True:
-        own = getattr(type(source), "source_info", None)
-        if own is not None:
-            return own(source, index)
-        if not isinstance(source, MappedSource):
-            return None
-        index = int(source._map(np.array([index], dtype=np.int64))[0])
-        source = source.base
+    try:
+        while True:
+            own = getattr(type(source), "source_info", None)
+            if own is not None:
+                found = own(source, index)
+                return (found,) if isinstance(found, SourceInfo) else found
+            if not isinstance(source, MappedSource):
+                return None
+            index = int(source._map(np.array([index], dtype=np.int64))[0])
+            source = source.base
+    except Exception:  # a report of where, never a second failure
+        return None
+
+
+RECORDS = "__datareel_sources__"
+"""The attribute of an exception that holds the records of the sample that raised it."""
+
+
+def note_records(exc: BaseException, records: Any) -> None:
+    """Note ``records`` on ``exc`` for error handlers; never raises (a frozen dataclass exception, or one
+    whose ``__setattr__`` refuses, keeps no records rather than a second error)."""
+    try:
+        object.__setattr__(exc, RECORDS, records)
+    except Exception:
+        pass
+
+
+def failure_records(exc: BaseException, source: Any, index: int) -> tuple[SourceInfo, ...] | None:
+    """The records of the sample ``index`` of ``source`` that raised ``exc``: those already noted on it
+    (:func:`note_records`, no second read), else :func:`source_info_of`; never raises."""
+    try:
+        known = exc.__dict__.get(RECORDS)
+    except Exception:
+        known = None
+    return known if known is not None else source_info_of(source, index)
 
 
 def add_source_info(sample: Any, *infos: SourceInfo) -> Any:
