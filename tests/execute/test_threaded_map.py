@@ -248,7 +248,8 @@ class Pair:
 @pytest.mark.parametrize(
     "encoder, stage",
     [(Splitter, datareel.WindowedStage(window=16, background=False)),
-     (Pair, datareel.WindowedStage(window=16, pack=True, background=False))],
+     (Pair, datareel.WindowedStage(window=16, pack=True, background=False)),
+     pytest.param(Pair, datareel.WindowedStage(window=16, pack=True), marks=pytest.mark.workers, id="planner")],
 )  # fmt: skip
 def test_windowed_stage_same_as_without_threads(encoder, stage):
     runs = {t: batches(list(range(60)), steps=6, task_encoder=encoder(), stage=stage, map_threads=t) for t in THREADS}
@@ -306,3 +307,16 @@ def test_thread_map_bounds_in_flight_and_keeps_order():
     assert [o.value for o in outcomes if o.error is None] == [i * i for i in range(40) if i != 5]
     assert isinstance(outcomes[5].error, KeyError) and most[0] <= 3
     pickle.loads(pickle.dumps(ThreadMap(3)))  # the pool is never sent
+
+
+def test_a_dataset_in_a_bucket_gives_the_same_batches_with_threads(images):
+    """Samples of a source in a bucket are fetched together by the calling thread and decoded by the threads."""
+    pytest.importorskip("moto")
+    from s3_server import make_bucket, s3_server, upload
+
+    with s3_server():
+        make_bucket("threads")
+        upload(images, "s3://threads/wds")
+        runs = [exact(batches(datareel.open_dataset("s3://threads/wds"), task_encoder=Augment(), map_threads=t))
+                for t in THREADS]  # fmt: skip
+    assert runs[1] == runs[0] and runs[2] == runs[0]
