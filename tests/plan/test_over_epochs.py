@@ -42,9 +42,15 @@ def test_blocks_differ_and_keys_are_not_the_per_epoch_ones():
     assert len({tuple(row) for row in out.tolist()}) == 4
     per_epoch = source_indices(np.arange(k * n), n, seed=0, source_key=3, shuffle=True)
     assert not np.array_equal(out[0], per_epoch)
-    assert over_epochs_indices(np.arange(10), 10, seed=0, source_key=3, epochs=2).tolist() == [
-        int(v) for v in over_epochs_indices(np.arange(10), 10, seed=0, source_key=3, epochs=2)
-    ]
+    assert not any(np.array_equal(out[0][e * n : (e + 1) * n], per_epoch[e * n : (e + 1) * n]) for e in range(k))
+    # the order is a function of every key: another seed, source, multiplier or block gives another one
+    # (an implementation that dropped the source key would shuffle every source of a blend alike)
+    first = over_epochs_indices(np.arange(k * n), n, seed=0, source_key=3, epochs=k)
+    for other in ({"seed": 1, "source_key": 3, "epochs": k}, {"seed": 0, "source_key": 4, "epochs": k}):
+        assert not np.array_equal(first, over_epochs_indices(np.arange(k * n), n, **other))
+    assert not np.array_equal(first[:n], over_epochs_indices(np.arange(3 * n), n, seed=0, source_key=3, epochs=3)[:n])
+    keys = {block_keys(0, 3, k, b).tobytes() for b in range(4)} | {block_keys(0, 4, k, 0).tobytes()}
+    assert len(keys) == 5
 
 
 def test_with_replacement_is_uniform_and_endless():
