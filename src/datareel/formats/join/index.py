@@ -4,7 +4,9 @@
 ``(shard, byte offset, byte size)`` (int64; ``shard`` is the position in the column's split part as
 ``split.yaml`` lists it, excluded shards counted; ``(-1, -1, -1)`` where a secondary has no match).
 Row ``r`` is primary sample ``r`` of the join.  Energon's ``prepare_metadataset`` writes the same file
-under the same name (:func:`index_name`), so an index either one prepared serves both.
+under the same name (:func:`index_name`), so an index either one prepared serves both, except for joins
+of one metadataset file that read the same datasets with other split parts: Energon's name omits the
+split, so datareel names those by what they read (:func:`datareel.formats.join.index_path`).
 """
 
 from __future__ import annotations
