@@ -34,7 +34,7 @@ def world(tmp_path):
         for s, keys in enumerate(SHARDS):
             samples = [(f"k{k:03d}", {"txt": f"{name}{k}".encode()}) for k in keys]
             write_shard(tmp_path / name / f"part-{s}.tar", samples)
-        prepare_webdataset(tmp_path / name, split_ratio="1,0,0", progress=False)
+        prepare_webdataset(tmp_path / name, split_ratio="1,0,0", progress=False, workers=1)
         (tmp_path / name / ".nv-meta" / "dataset.yaml").write_text(TYPED)
         (tmp_path / name / ".nv-meta" / "split.yaml").write_text(SPLIT)
     join = {"join": [{"path": "p"}, {"path": "s"}], "joiner": {"__module__": __name__, "__function__": "f_join"}}
