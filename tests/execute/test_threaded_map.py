@@ -320,3 +320,25 @@ def test_a_dataset_in_a_bucket_gives_the_same_batches_with_threads(images):
         runs = [exact(batches(datareel.open_dataset("s3://threads/wds"), task_encoder=Augment(), map_threads=t))
                 for t in THREADS]  # fmt: skip
     assert runs[1] == runs[0] and runs[2] == runs[0]
+
+
+class SplitterFailing(Splitter):
+    def encode_sample(self, sample):
+        if sample in (5, 11, 12):
+            raise ValueError(f"bad input {sample}")
+        yield from super().encode_sample(sample)
+
+
+def test_windowed_stage_failures_reach_the_handler_in_the_same_order():
+    def run(threads):
+        calls = []
+        got = batches(
+            list(range(60)), steps=6, task_encoder=SplitterFailing(), map_threads=threads, on_error="substitute",
+            stage=datareel.WindowedStage(window=16, background=False),
+            error_handler=lambda exc, key: calls.append((str(exc), key)),
+        )  # fmt: skip
+        return got, calls
+
+    serial = run(0)
+    assert len(serial[1]) >= 2 and all(message == f"bad input {key}" for message, key in serial[1])
+    assert run(4) == serial and run(1) == serial
