@@ -1,6 +1,10 @@
 """NVIDIA's multi-storage-client (MSC) as datareel uses it: a client per profile made with
-:class:`~datareel.storage.retry.Retry`'s timeouts and with MSC's and botocore's own retries off, and the
-rule that says which failures are worth another try (:func:`transient`)."""
+:class:`~datareel.storage.retry.Retry`'s timeouts and with MSC's and botocore's own retries off
+(:func:`make_client`), the operations :class:`~datareel.storage.remote.RemoteFiles` asks of it
+(:class:`MscClient`), and the rule that says which failures are worth another try (:func:`_transient`).
+
+It serves ``msc://`` URLs (Energon's configuration), and ``s3://`` ones where
+``DATAREEL_S3_CLIENT=msc`` asks for today's path (:mod:`.object_store` serves them otherwise)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import re
 from typing import Any
 
 from ..errors import DatasetError, ShortBody
+from .objects import ObjectStat
 from .retry import Retry
 
 log = logging.getLogger("datareel")
@@ -125,3 +130,54 @@ def _transient(exc: BaseException) -> bool:
             return status >= 500 or status == 429
         current = current.__cause__ or current.__context__
     return False
+
+
+class MscClient:
+    """One MSC client (of one profile) as :class:`~datareel.storage.remote.RemoteFiles` uses it: each
+    method is one try of one operation on the object ``key`` in the profile (MSC's retries are off)."""
+
+    batched = False  # a micro-batch's GETs run on RemoteFiles' threads, one call each
+    name = "multi-storage-client"
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    @staticmethod
+    def transient(exc: BaseException) -> bool:
+        return _transient(exc)
+
+    def stat(self, key: str) -> ObjectStat:
+        meta = self.client.info(key)
+        etag = getattr(meta, "etag", None)
+        return ObjectStat(
+            key=str(meta.key),
+            content_length=int(meta.content_length or 0),
+            last_modified=getattr(meta, "last_modified", None),
+            etag=str(etag) if etag else None,
+            type=str(getattr(meta, "type", "file") or "file"),
+        )
+
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        data = self.client.read(key, byte_range=_msc().types.Range(offset=start, size=stop - start))
+        if len(data) != stop - start:
+            raise ShortBody(f"got {len(data)} of {stop - start} bytes")
+        return bytes(data)
+
+    def read(self, key: str) -> bytes:
+        return bytes(self.client.read(key))
+
+    def write(self, key: str, data: bytes) -> None:
+        self.client.write(key, data)
+
+    def delete(self, key: str) -> None:
+        self.client.delete(key)
+
+    def list(self, key: str) -> list[str]:
+        """Keys of the objects under the directory ``key`` ("" for the profile's root)."""
+        return [meta.key for meta in self.client.list(f"{key}/" if key else "")]
+
+    def download(self, key: str, target: str) -> None:
+        self.client.download_file(key, target)
+
+    def upload(self, key: str, source: str) -> None:
+        self.client.upload_file(key, source)

@@ -37,8 +37,9 @@ def _remote() -> Files:
     return remote_files()
 
 
-#: scheme (lower case) -> factory of its store. ``file`` is the local file system; the rest are stores.
-SCHEMES: dict[str, Factory] = {"file": _local, "s3": _remote, "msc": _remote}
+#: scheme (lower case) -> factory of its store. ``file`` is the local file system; the rest are stores
+#: (``s3``, ``gs``, ``az`` through obstore, ``msc`` through multi-storage-client: :mod:`.remote`).
+SCHEMES: dict[str, Factory] = {"file": _local, "s3": _remote, "gs": _remote, "az": _remote, "msc": _remote}
 
 
 #: scheme -> a rewrite of its URLs into another path or URL (``dss://name@version/...`` -> a cache folder):

@@ -1,18 +1,22 @@
-"""Objects in buckets through NVIDIA's multi-storage-client (MSC), the library Energon uses.
+"""Objects in buckets: ``s3://``, ``gs://`` and ``az://`` through obstore (:mod:`.object_store`), ``msc://``
+through NVIDIA's multi-storage-client (:mod:`.msc`, the library and configuration Energon uses).
 
-``msc://profile/key`` uses the profile from MSC's usual configuration (``MSC_CONFIG``,
-``~/.msc_config.yaml``, ...). ``s3://bucket/key`` uses MSC's implicit S3 profile, so the standard
-AWS configuration applies as users expect (credentials and ``AWS_ENDPOINT_URL`` from the
-environment or ``~/.aws``); datareel adds no config file of its own.
+``DATAREEL_S3_CLIENT=msc`` reads ``s3://`` through multi-storage-client's implicit S3 profile instead (the
+path before obstore; default ``obstore``).  Either way the standard AWS configuration applies as users
+expect (credentials, region and ``AWS_ENDPOINT_URL`` from the environment or ``~/.aws``); datareel adds
+no config file of its own.
 
-Each process makes its clients lazily (a DataLoader worker after fork gets its own) and reuses
-them, so connections are reused too.  A transient failure (a 5xx or throttling answer, a reset or
-timed-out connection, a body shorter than asked for) is retried with exponential backoff, at most
-:attr:`Retry.attempts` times and within :attr:`Retry.deadline` seconds; a permanent one (403, 404)
-is not.  Each try is one HTTP request: the clients are made with :class:`Retry`'s connect and read
-timeouts and with MSC's and botocore's own retries turned off, so the count is the real one.  Every
-failure ends in a :class:`~datareel.errors.StorageError` naming the URL (with the tries, the time
-taken and the settings to change, where it was retried): a failure of the store, never of a sample.
+Each process makes its clients lazily, one per bucket or profile (a DataLoader worker after fork gets its
+own), and reuses them, so connections are reused too.  A micro-batch's ranges are fetched together
+(:meth:`RemoteFiles.read_ranges`): ranges of one object close together by one GET (:func:`coalesce`), the
+GETs of one object by one batched call (obstore's ``get_ranges``), up to :func:`concurrency` GETs in
+flight per process.  A transient failure (a 5xx or throttling answer, a reset or timed-out connection, a
+body shorter than asked for) is retried with exponential backoff, at most :attr:`Retry.attempts` times
+and within :attr:`Retry.deadline` seconds; a permanent one (403, 404) is not.  Each try is one HTTP
+request (a batched call: one per GET in it): the clients are made with :class:`Retry`'s connect and read
+timeouts and with their own retries turned off, so the count is the real one.  Every failure ends in a
+:class:`~datareel.errors.StorageError` naming the URL (with the tries, the time taken and the settings to
+change, where it was retried): a failure of the store, never of a sample.
 """
 
 from __future__ import annotations
@@ -25,14 +29,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import numpy as np
-
-from ..errors import AccessDenied, DatasetError, NotFound, OptionError, ShortBody, StorageError
+from ..errors import AccessDenied, DatasetError, NotFound, StorageError
 from .base import StoreFiles
+from .batched import Budget, fetch_batched
 from .msc import _BOTOCORE_PROVIDERS as _BOTOCORE_PROVIDERS
-from .msc import _msc, _profile_and_path, _transient, make_client
+from .msc import MscClient, _profile_and_path, make_client
 from .msc import _status as _status
+from .object_store import ENV_CLIENT as ENV_CLIENT
+from .object_store import ObstoreClient, describe, make_store, runtime_here, s3_client
 from .objects import ObjectInfo, ObjectStat
+from .ranges import COALESCE_GAP, COALESCE_LIMIT, coalesce, concurrency, gets_of
+from .registry import scheme_of
 from .retry import ENV_ATTEMPTS as ENV_ATTEMPTS
 from .retry import ENV_DEADLINE as ENV_DEADLINE
 from .retry import ENV_TIMEOUT as ENV_TIMEOUT
@@ -41,124 +48,145 @@ from .retry import _seconds as _seconds
 
 log = logging.getLogger("datareel")
 T = TypeVar("T")
-
-
-#: Ranges of one object at most this many bytes apart are fetched by one GET (the gap is read and dropped).
-COALESCE_GAP = 64 << 10
-#: ... as long as the merged GET stays at most this long.
-COALESCE_LIMIT = 16 << 20
-
-
-def coalesce(starts: np.ndarray, stops: np.ndarray, gap: int = COALESCE_GAP, limit: int = COALESCE_LIMIT) -> np.ndarray:
-    """Group byte ranges of one object into GETs: ranges sorted by start, a new GET wherever the next
-    range begins more than ``gap`` bytes after the current GET's end or would make it longer than
-    ``limit``. starts, stops: int64[k] -> group number of each range int64[k] (0-based, in start order)."""
-    order = np.argsort(starts, kind="stable")  # (k,)
-    group = np.empty(len(starts), dtype=np.int64)
-    current, first, end = -1, 0, -1
-    for i in order.tolist():  # k is one micro-batch: a plain loop over it is cheap
-        start, stop = int(starts[i]), int(stops[i])
-        if current < 0 or start > end + gap or max(end, stop) - first > limit:
-            current, first, end = current + 1, start, stop
-        else:
-            end = max(end, stop)
-        group[i] = current
-    return group
-
-
-def concurrency() -> int:
-    """Ranged GETs one process keeps in flight for a micro-batch: ``DATAREEL_REMOTE_CONCURRENCY`` (default 8)."""
-    value = os.environ.get("DATAREEL_REMOTE_CONCURRENCY", "8")
-    if not value.isdigit() or not 1 <= int(value) <= 256:
-        raise OptionError(
-            f"DATAREEL_REMOTE_CONCURRENCY={value!r} must be a whole number from 1 to 256 (GETs in flight per process)"
-        )
-    return int(value)
+Client = MscClient | ObstoreClient
 
 
 class RemoteFiles(StoreFiles):
-    """:class:`~datareel.storage.Files` for ``s3://`` and ``msc://`` URLs; one instance per process."""
+    """:class:`~datareel.storage.Files` for ``s3://``, ``gs://``, ``az://`` and ``msc://`` URLs; one instance
+    per process (one made before a fork drops its clients in the child and makes new ones)."""
 
     prefetches = True  # each request costs a round trip: a micro-batch's ranges are fetched together
 
     def __init__(self, retry: Retry | None = None):
         self.retry = retry or Retry.from_env()
         self.requests = 0  # requests sent by this process (tries included), for the cost figures
-        self._clients: dict[str, tuple[Any, str]] = {}  # url -> (client, path in it)
-        self._profiles: dict[str, Any] = {}  # MSC profile -> this process's client of it
         self._count = threading.Lock()
         self._making = threading.Lock()
         self.concurrency = concurrency()  # checked when the first remote path is opened, not mid-run
-        self._pool: ThreadPoolExecutor | None = None
+        self.s3_client = s3_client()  # likewise: "obstore" or "msc"
+        self._fresh()
 
-    def _resolve(self, url: str) -> tuple[Any, str]:
-        """The MSC client and the object path inside it for ``url`` (cached per process)."""
+    def _fresh(self) -> None:
+        """Forget every client: a process (re)starts with none of its parent's connections, threads or runtime."""
+        self._pid = os.getpid()
+        self._clients: dict[str, tuple[Client, str]] = {}  # url -> (client, key in it)
+        self._made: dict[tuple[str, str], Client] = {}  # (scheme or "msc", bucket or profile) -> client
+        self._pool: ThreadPoolExecutor | None = None
+        self._budget: Budget | None = None
+        self._warned = False
+
+    def budget(self) -> Budget:
+        """This process's budget of GETs in flight (:func:`concurrency`), shared by its batched calls."""
+        if self._pid != os.getpid():
+            self._fresh()
+        if self._budget is None:
+            self._budget = Budget(self.concurrency)
+        return self._budget
+
+    def _resolve(self, url: str) -> tuple[Client, str]:
+        """The client and the object's key in it for ``url`` (cached per process)."""
+        if self._pid != os.getpid():
+            self._fresh()
         found = self._clients.get(url)
         if found is None:
             try:
-                profile, path = _profile_and_path(url)
+                scheme = scheme_of(url) or ""
+                if scheme == "msc" or (scheme == "s3" and (self.s3_client == "msc" or not self._obstore_here(url))):
+                    profile, key = _profile_and_path(url)
+                    where = ("msc", profile)
+                    make: Callable[[], Client] = lambda: MscClient(make_client(profile, self.retry))  # noqa: E731
+                else:
+                    if not self._obstore_here(url):
+                        raise DatasetError(
+                            f"{url}: this process was forked from one that had read through obstore, whose runtime "
+                            f"does not survive fork; start the loader's workers with multiprocessing_context="
+                            f"'forkserver' (or 'spawn')"
+                        )
+                    bucket, _, key = url.split("://", 1)[1].partition("/")
+                    if not bucket:
+                        raise ValueError("the URL names no bucket")
+                    where = (scheme, bucket)
+                    make = lambda: ObstoreClient(make_store(scheme, bucket, self.retry))  # noqa: E731
                 with self._making:
-                    client = self._profiles.get(profile)
+                    client = self._made.get(where)
                     if client is None:
-                        client = self._profiles[profile] = make_client(profile, self.retry)
+                        client = self._made[where] = make()
             except (ValueError, KeyError) as exc:
                 raise DatasetError(f"{url}: {exc}; check the URL (s3://bucket/key or msc://profile/key)") from None
-            found = self._clients[url] = (client, path)
+            found = self._clients[url] = (client, key)
         return found
 
-    def _call(self, url: str, what: str, call: Callable[[Any, str], T], *, deadline: bool = True) -> T:
-        """Run ``call(client, path)`` with the retry policy (``deadline``: within :attr:`Retry.deadline`);
-        every failure becomes a :class:`~datareel.errors.StorageError` naming ``url``."""
-        client, path = self._resolve(url)
-        retry, started = self.retry, time.monotonic()
-        limit = retry.deadline if deadline else None
-        longest_try = retry.connect_timeout + retry.read_timeout
-        attempt = 0
-        while True:
-            with self._count:
-                self.requests += 1
-            try:
-                return call(client, path)
-            except Exception as exc:
-                if isinstance(exc, FileNotFoundError):
-                    raise NotFound(f"{url} does not exist ({what})") from None
-                if isinstance(exc, PermissionError):
-                    raise AccessDenied(f"{url}: access denied ({what}): {exc}; check the credentials") from None
-                attempt += 1
-                elapsed = time.monotonic() - started
-                wait = retry.delay(attempt - 1)
-                late = limit is not None and elapsed + wait + longest_try > limit
-                if not _transient(exc):
-                    raise StorageError(f"{url}: {what} failed: {type(exc).__name__}: {exc}") from exc
-                if attempt == retry.attempts or late:
-                    why = f"another try could end after the {limit:g} s deadline" if late and limit else "no tries left"
-                    raise StorageError(
-                        f"{url}: {what} failed after {attempt} {'try' if attempt == 1 else 'tries'} in "
-                        f"{elapsed:.1f} s ({why}): {type(exc).__name__}: {exc}; check that the store answers at this "
-                        f"endpoint (AWS_ENDPOINT_URL or the MSC profile) and the network, or wait longer with "
-                        f"{retry.settings()}"
-                    ) from exc
-                log.debug("%s: %s failed (%s); retry %d in %.2f s", url, what, exc, attempt, wait)
-                time.sleep(wait)
+    def _obstore_here(self, url: str) -> bool:
+        """Whether obstore can serve ``url`` in this process (:func:`~.object_store.runtime_here`); said once if not."""
+        if runtime_here():
+            return True
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "%s: this process was forked from one that had read through obstore (its runtime does not survive "
+                "fork): s3:// is read through multi-storage-client here; multiprocessing_context='forkserver' "
+                "gives the loader's workers obstore",
+                url,
+            )
+        return False
 
-    def info(self, path: str) -> ObjectInfo:
-        meta = self._call(path, "reading its size", lambda client, key: client.info(key))
-        if getattr(meta, "type", "file") == "directory":
-            raise NotFound(f"{path} is a prefix (a directory), not an object")
-        etag = getattr(meta, "etag", None)
-        return ObjectInfo(int(meta.content_length), str(etag) if etag else None)
+    def client_of(self, url: str) -> Client:
+        """The client that serves ``url`` in this process (an :class:`ObstoreClient` or an :class:`MscClient`)."""
+        return self._resolve(url)[0]
+
+    def _count_requests(self, n: int) -> None:
+        with self._count:
+            self.requests += n
+
+    def _call(self, url: str, what: str, call: Callable[[Client, str], T], *, deadline: bool = True) -> T:
+        """Run ``call(client, key)`` with the retry policy (``deadline``: within :attr:`Retry.deadline`);
+        every failure becomes a :class:`~datareel.errors.StorageError` naming ``url``."""
+        client, key = self._resolve(url)
+        started, attempt = time.monotonic(), 0
+        while True:
+            self._count_requests(1)
+            try:
+                return call(client, key)
+            except Exception as exc:
+                attempt += 1
+                wait = self.failed(url, what, client, exc, attempt, started, deadline)
+            log.debug("%s: %s failed; retry %d in %.2f s", url, what, attempt, wait)
+            time.sleep(wait)
+
+    def failed(
+        self, url: str, what: str, client: Client, exc: Exception, attempt: int, started: float, deadline: bool
+    ) -> float:
+        """After failed try ``attempt`` (1-based) of ``what`` on ``url``: the seconds to wait before the next,
+        or the :class:`~datareel.errors.StorageError` (raised) that ends the tries."""
+        if isinstance(exc, FileNotFoundError):
+            raise NotFound(f"{url} does not exist ({what})") from None
+        if isinstance(exc, PermissionError):
+            raise AccessDenied(f"{url}: access denied ({what}): {describe(exc)}; check the credentials") from None
+        retry = self.retry
+        limit = retry.deadline if deadline else None
+        elapsed, wait = time.monotonic() - started, retry.delay(attempt - 1)
+        late = limit is not None and elapsed + wait + retry.connect_timeout + retry.read_timeout > limit
+        if not client.transient(exc):
+            raise StorageError(f"{url}: {what} failed: {type(exc).__name__}: {describe(exc)}") from exc
+        if attempt == retry.attempts or late:
+            why = f"another try could end after the {limit:g} s deadline" if late and limit else "no tries left"
+            raise StorageError(
+                f"{url}: {what} failed after {attempt} {'try' if attempt == 1 else 'tries'} in "
+                f"{elapsed:.1f} s ({why}): {type(exc).__name__}: {describe(exc)}; check that the store answers at "
+                f"this endpoint (AWS_ENDPOINT_URL or the MSC profile) and the network, or wait longer with "
+                f"{retry.settings()}"
+            ) from exc
+        return wait
 
     def stat(self, path: str) -> ObjectStat:
         """The store's own answer on ``path`` (an object or a prefix), last change included; asked anew each time."""
-        meta = self._call(path, "reading its metadata", lambda client, key: client.info(key))
-        etag = getattr(meta, "etag", None)
-        return ObjectStat(
-            key=str(meta.key),
-            content_length=int(meta.content_length or 0),
-            last_modified=getattr(meta, "last_modified", None),
-            etag=str(etag) if etag else None,
-            type=str(getattr(meta, "type", "file") or "file"),
-        )
+        return self._call(path, "reading its metadata", lambda client, key: client.stat(key))
+
+    def info(self, path: str) -> ObjectInfo:
+        meta = self._call(path, "reading its size", lambda client, key: client.stat(key))
+        if meta.type == "directory":
+            raise NotFound(f"{path} is a prefix (a directory), not an object")
+        return ObjectInfo(meta.content_length, meta.etag)
 
     def exists(self, path: str) -> bool:
         try:
@@ -170,35 +198,34 @@ class RemoteFiles(StoreFiles):
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         if stop == start:
             return b""
-        Range = _msc().types.Range
-
-        def get(client: Any, key: str) -> bytes:
-            data = client.read(key, byte_range=Range(offset=start, size=stop - start))
-            if len(data) != stop - start:
-                raise ShortBody(f"got {len(data)} of {stop - start} bytes")
-            return bytes(data)
-
-        return self._call(path, f"reading bytes [{start}, {stop})", get)
+        return self._call(path, f"reading bytes [{start}, {stop})", lambda c, key: c.read_range(key, start, stop))
 
     def read_ranges(self, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes]:
         """Many ranges ``(url, start, stop)`` at once, for one micro-batch: ranges of one object close
-        together are fetched by one GET (:func:`coalesce`), and the GETs run :func:`concurrency` at a
-        time on this process's threads, each with the retry policy. Ranges whose GET failed are left
-        out (nothing is raised here): the caller reads each of those alone, with its own retries, and
-        reports a failure for exactly that sample, as without prefetching."""
+        together are fetched by one GET (:func:`coalesce`); an obstore object's GETs by one batched call
+        (``get_ranges``, several calls where it has more GETs than :func:`concurrency`), an MSC object's on
+        this process's threads; at most :func:`concurrency` GETs in flight, each call with the retry
+        policy. Ranges whose GET failed are left out (nothing is raised here): the caller reads each of
+        those alone, with its own retries, and reports a failure for exactly that sample, as without
+        prefetching."""
         by_url: dict[str, list[tuple[int, int]]] = {}
         for url, start, stop in set(wanted):
-            by_url.setdefault(url, []).append((start, stop))
-        jobs: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # one GET: url, start, stop, its ranges
+            if stop > start:
+                by_url.setdefault(url, []).append((start, stop))
+        batched: list[tuple[str, ObstoreClient, str, list[tuple[int, int, list[tuple[int, int]]]]]] = []
+        jobs: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # one GET each: url, start, stop, its ranges
         for url, ranges in by_url.items():
-            self._resolve(url)  # a URL no profile resolves fails here, once
-            starts = np.array([r[0] for r in ranges], dtype=np.int64)
-            stops = np.array([r[1] for r in ranges], dtype=np.int64)
-            group = coalesce(starts, stops)
-            for g in range(int(group.max()) + 1):
-                members = [ranges[i] for i in np.flatnonzero(group == g).tolist()]
-                jobs.append((url, min(r[0] for r in members), max(r[1] for r in members), members))
+            found = self._resolve(url)  # a URL no profile resolves fails here, once
+            client, key = found or (None, "")
+            gets = gets_of(ranges)
+            if isinstance(client, ObstoreClient):
+                for i in range(0, len(gets), min(self.concurrency, 10)):  # obstore runs <= 10 of a call at once
+                    batched.append((url, client, key, gets[i : i + min(self.concurrency, 10)]))
+            else:
+                jobs.extend((url, first, end, members) for first, end, members in gets)
         out: dict[tuple[str, int, int], bytes] = {}
+        if batched:
+            fetch_batched(self, batched, out)
         for (url, first, _, members), got in zip(jobs, self.each(lambda job: self.read_range(*job[:3]), jobs)):
             if isinstance(got, DatasetError):
                 log.debug("prefetching %d ranges of %s failed (%s); they are read one by one", len(members), url, got)
@@ -210,6 +237,8 @@ class RemoteFiles(StoreFiles):
     def each(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]:
         """``call(item)`` for every item, :func:`concurrency` at a time on this process's threads, in order;
         an item whose call raised a :class:`~datareel.errors.DatasetError` gives that error instead."""
+        if self._pid != os.getpid():
+            self._fresh()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="datareel-get")
 
@@ -222,7 +251,7 @@ class RemoteFiles(StoreFiles):
         return list(self._pool.map(run, items)) if len(items) > 1 else [run(item) for item in items]
 
     def read(self, path: str) -> bytes:
-        return self._call(path, "reading it", lambda client, key: bytes(client.read(key)))
+        return self._call(path, "reading it", lambda client, key: client.read(key))
 
     def write(self, path: str, data: bytes) -> None:
         self._call(path, "writing it", lambda client, key: client.write(key, data))
@@ -234,20 +263,20 @@ class RemoteFiles(StoreFiles):
         """URLs of the objects under the directory ``prefix`` (a URL), sorted."""
         base = prefix.rstrip("/")
 
-        def names(client: Any, key: str) -> list[str]:
+        def names(client: Client, key: str) -> list[str]:
             key = key.rstrip("/")
-            found = [meta.key for meta in client.list(f"{key}/" if key else "")]
+            found = client.list(key)
             return sorted(f"{base}/{name[len(key) :].lstrip('/')}" if key else f"{base}/{name}" for name in found)
 
         return self._call(base, "listing it", names)
 
     def download(self, path: str, target: str) -> None:
         """Copy the object ``path`` to the local file ``target`` (streamed, not held in memory)."""
-        self._call(path, "downloading it", lambda client, key: client.download_file(key, target), deadline=False)
+        self._call(path, "downloading it", lambda client, key: client.download(key, target), deadline=False)
 
     def upload(self, source: str, path: str) -> None:
         """Copy the local file ``source`` to the object ``path`` (streamed, not held in memory)."""
-        self._call(path, "uploading it", lambda client, key: client.upload_file(key, source), deadline=False)
+        self._call(path, "uploading it", lambda client, key: client.upload(key, source), deadline=False)
 
 
 def read_prefetched(fetched: dict[tuple[str, int, int], bytes], url: str, start: int, stop: int) -> bytes:
@@ -275,6 +304,7 @@ __all__ = [
     "COALESCE_GAP",
     "COALESCE_LIMIT",
     "ENV_ATTEMPTS",
+    "ENV_CLIENT",
     "ENV_DEADLINE",
     "ENV_TIMEOUT",
     "RemoteFiles",
