@@ -5,6 +5,7 @@ Run from the benchmark venv (the peers are never datareel dependencies)::
     python3 -m venv .venv-bench && .venv-bench/bin/pip install -c constraints.txt -e ".[bench,test]"
     .venv-bench/bin/python benchmarks/bench_peers.py --data /tmp/datareel-peers          # 200,000 samples
     .venv-bench/bin/python benchmarks/bench_peers.py --quick --data /tmp/datareel-peers  # 20,000: a check
+    # beside an older checkout's full shuffle (git worktree add /tmp/base REV):  --baseline /tmp/base/src
 
 The same generated samples are written once in each loader's native format (``_peer_data.py``):
 "raw", 10 KiB payloads kept as bytes, and "jpeg", ~100 KB Pillow-made JPEGs decoded and resized to
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -38,7 +40,7 @@ FULL = {"raw": 200_000, "jpeg": 20_000}
 QUICK = {"raw": 20_000, "jpeg": 2_000}
 # (timed, warm-up) batches; the warm-up outlasts the deepest pipeline here (Grain's 16 read threads, each
 # on one batch of 32: ~16 batches in flight), so the timed batches are made while timed
-BATCHES = {"raw": (300, 24), "jpeg": (48, 24)}
+BATCHES = {"raw": (300, 24), "jpeg": (40, 20)}
 QUICK_BATCHES = {"raw": (100, 20), "jpeg": (24, 20)}
 
 
@@ -73,11 +75,19 @@ def child(name: str, home: Path, kind: str, workers: int, batches: int, warmup: 
     return {"rate": batches * 32 / wall, "cpu": 100 * used / wall}
 
 
-def measure(name: str, home: Path, kind: str, workers: int, batches: int, warmup: int) -> dict[str, float] | str:
+BASELINE = "datareel full shuffle, baseline checkout"
+
+
+def measure(name: str, home: Path, kind: str, workers: int, batches: int, warmup: int, baseline: str = ""):
+    """``child`` in a fresh process -> its figures, or a line saying why there are none. The baseline
+    loader is datareel's full shuffle with ``PYTHONPATH`` naming the baseline checkout's ``src``."""
+    env = dict(os.environ)
+    if name == BASELINE:
+        name, env["PYTHONPATH"] = "datareel full shuffle", baseline
     cmd = [sys.executable, __file__, "--child", name, "--home", str(home), "--kind", kind]
     cmd += ["--workers", str(workers), "--batches", str(batches), "--warmup", str(warmup)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     except subprocess.TimeoutExpired:
         return "timed out (900 s)"
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -121,6 +131,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="raw,jpeg")
     parser.add_argument("--workers", default="0,2")
     parser.add_argument("--only", default="", help="comma-separated substrings of loader names to run")
+    parser.add_argument("--baseline", default="", help="a datareel checkout's src/: its full shuffle beside")
     parser.add_argument("--child")
     parser.add_argument("--home", type=Path)
     parser.add_argument("--kind")
@@ -137,10 +148,14 @@ def main() -> None:
 
     counts, batch_plan = (QUICK, QUICK_BATCHES) if args.quick else (FULL, BATCHES)
     workers = [int(n) for n in args.workers.split(",")]
+    import datareel
+
+    print(f"datareel from {Path(datareel.__file__).parents[1]}; baseline: {args.baseline or 'none'}")
     with tempfile.TemporaryDirectory(prefix="datareel-peers-") as tmp:
         root = args.data or Path(tmp)
         for kind in args.kinds.split(","):
             names = [n for n, spec in LOADERS.items() if kind in spec[3]]
+            names[1:1] = [BASELINE] if args.baseline else []
             if args.only:
                 names = [n for n in names if any(s.strip() in n for s in args.only.split(","))]
             t0 = time.perf_counter()
@@ -149,15 +164,15 @@ def main() -> None:
             print(f"{kind}: {counts[kind]:,} samples in {home} (built/warmed in {time.perf_counter() - t0:.0f} s)")
             results: dict = {}
             for name in names:
-                if not available(name):
+                if name != BASELINE and not available(name):
                     for n in workers:
                         results[(name, n)] = "not available in this datareel"
-            run = [n for n in names if available(n)]
+            run = [n for n in names if n == BASELINE or available(n)]
             batches, warmup = batch_plan[kind]
             for n in workers:
                 for r in range(args.repeats):
                     for name in run if r % 2 == 0 else run[::-1]:
-                        got = measure(name, home, kind, n, batches, warmup)
+                        got = measure(name, home, kind, n, batches, warmup, args.baseline)
                         if isinstance(got, str):
                             results[(name, n)] = got
                             print(f"  {name} N={n}: {got}", flush=True)
