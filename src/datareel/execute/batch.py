@@ -37,7 +37,7 @@ from ..errors import BatchError, DatasetChangedError, StorageError, is_skip, sam
 from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
-from ..sources.source_info import source_info_of
+from ..sources.source_info import failure_records, note_records
 from .encoder import ResolvedEncoder
 from .options import ON_ERROR, ExecOptions
 from .randomness import sample_context
@@ -107,7 +107,7 @@ class BatchMaker(Dataset):
                 # Energon, and as the windowed stage's planner does): the user chose that type to catch.
                 try:
                     # where it was read (SourceInfo records), for handlers that report it (Energon's `sources`)
-                    exc.__datareel_sources__ = self._records(source_id, index)  # type: ignore[attr-defined]
+                    note_records(exc, failure_records(exc, self.sources[source_id], index))
                     self.options.handler(exc, self._key(source_id, index))
                 except Exception as raised:
                     raised._datareel_from_handler = True  # type: ignore[attr-defined]  # __getitem__ lets it by
@@ -160,12 +160,6 @@ class BatchMaker(Dataset):
             return self.sources[source_id].key(index)
         except Exception:
             return "?"
-
-    def _records(self, source_id: int, index: int) -> Any:
-        try:
-            return source_info_of(self.sources[source_id], index)
-        except Exception:  # a report of where, never a second failure
-            return None
 
     def _where(self, position: int, source_id: int, index: int) -> str:
         key, name = self._key(source_id, index), self.sources[source_id].name
@@ -234,7 +228,8 @@ class BatchMaker(Dataset):
                     self.sources[source_id].key(index)
                 except Exception:  # the read tells, under the error policy
                     pass
-        fetched = np.asarray([self.sources[s].prefetches for s in source_ids.tolist()], dtype=bool)  # (k,)
+        blocks = dict(self.options.read_blocks)  # block sources read in blocks, here too (one read a block)
+        fetched = np.asarray([self.sources[s].prefetches or s in blocks for s in source_ids.tolist()], dtype=bool)
         self.prefetch(source_ids[fetched], indices[fetched])
 
     def _make(self, desc: Descriptor) -> Any:

@@ -29,6 +29,7 @@ from ..plan.rng import DOMAIN_SELECT
 from ..reel.planner import WindowPlan, WindowPlanner
 from ..reel.units import Units
 from ..reel.windowed import WindowedStage
+from ..sources.source_info import failure_records, note_records
 from .batch import BatchMaker
 from .randomness import sample_context
 from .threads import Outcome
@@ -111,7 +112,7 @@ class EncoderPlanner(WindowPlanner):
             if not sample_failure(exc) or (maker.options.handler is None and maker.options.on_error == "raise"):
                 raise DatareelError(f"planning window {window}: {where} failed: {exc!r}") from exc
             failed = picklable(exc)
-            failed.__datareel_sources__ = maker._records(source_id, index)  # type: ignore[attr-defined]  # handlers
+            note_records(failed, failure_records(exc, maker.sources[source_id], index))  # for handlers
             failures.append((failed, maker._key(source_id, index)))
             return []
 
