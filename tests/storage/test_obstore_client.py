@@ -56,6 +56,7 @@ def memory(monkeypatch, keys):
 
 def test_s3_urls_are_read_through_obstore_unless_the_fallback_is_asked_for(keys, monkeypatch):
     assert isinstance(RemoteFiles().client_of("s3://bucket/ds/x.tar"), ObstoreClient)
+    assert isinstance(RemoteFiles().client_of("s3://bucket/ds//x.tar"), MscClient)  # a key obstore cannot name
     monkeypatch.setenv("DATAREEL_S3_CLIENT", "msc")
     assert isinstance(RemoteFiles().client_of("s3://bucket/ds/x.tar"), MscClient)
     monkeypatch.setenv("DATAREEL_S3_CLIENT", "boto")

@@ -146,8 +146,8 @@ class MscClient:
     def transient(exc: BaseException) -> bool:
         return _transient(exc)
 
-    def stat(self, key: str) -> ObjectStat:
-        meta = self.client.info(key)
+    def stat(self, key: str, directories: bool = True) -> ObjectStat:
+        meta = self.client.info(key)  # MSC tells a prefix from a missing object itself
         etag = getattr(meta, "etag", None)
         return ObjectStat(
             key=str(meta.key),

@@ -167,14 +167,20 @@ class ObstoreClient:
     def transient(exc: BaseException) -> bool:
         return transient(exc)
 
-    def stat(self, key: str) -> ObjectStat:
-        """The object ``key``; a prefix of other objects is reported as ``type="directory"``."""
+    def stat(self, key: str, directories: bool = True) -> ObjectStat:
+        """The object ``key`` (one HEAD); a prefix of other objects is reported as ``type="directory"`` where
+        ``directories`` (a listing of one key more, only when there is no such object)."""
         try:
             with _denied():
                 meta = self.obs.head(self.store, key)
         except FileNotFoundError:
-            with _denied():
-                below: Any = next(iter(self.obs.list(self.store, key.rstrip("/"), chunk_size=1)), [])
+            if not directories:
+                raise
+            try:
+                with _denied():
+                    below: Any = next(iter(self.obs.list(self.store, key.rstrip("/"), chunk_size=1)), [])
+            except Exception:  # no bucket, no listing rights: it is not there as far as this reader can tell
+                below = []
             if not below:
                 raise
             return ObjectStat(key=key.rstrip("/"), content_length=0, last_modified=None, etag=None, type="directory")

@@ -2,9 +2,11 @@
 through NVIDIA's multi-storage-client (:mod:`.msc`, the library and configuration Energon uses).
 
 ``DATAREEL_S3_CLIENT=msc`` reads ``s3://`` through multi-storage-client's implicit S3 profile instead (the
-path before obstore; default ``obstore``).  Either way the standard AWS configuration applies as users
-expect (credentials, region and ``AWS_ENDPOINT_URL`` from the environment or ``~/.aws``); datareel adds
-no config file of its own.
+path before obstore; default ``obstore``); so does a key with an empty segment (``a//b``, which obstore
+cannot name), and a process forked from one that had read through obstore (see :mod:`.object_store`:
+start DataLoader workers with ``multiprocessing_context="forkserver"`` to give them obstore).  Either way
+the standard AWS configuration applies as users expect (credentials, region and ``AWS_ENDPOINT_URL`` from
+the environment or ``~/.aws``); datareel adds no config file of its own.
 
 Each process makes its clients lazily, one per bucket or profile (a DataLoader worker after fork gets its
 own), and reuses them, so connections are reused too.  A micro-batch's ranges are fetched together
@@ -91,7 +93,10 @@ class RemoteFiles(StoreFiles):
         if found is None:
             try:
                 scheme = scheme_of(url) or ""
-                if scheme == "msc" or (scheme == "s3" and (self.s3_client == "msc" or not self._obstore_here(url))):
+                empty_segment = "//" in url.split("://", 1)[1].rstrip("/")  # a key obstore cannot name: a/b//c
+                if scheme == "msc" or (
+                    scheme == "s3" and (self.s3_client == "msc" or empty_segment or not self._obstore_here(url))
+                ):
                     profile, key = _profile_and_path(url)
                     where = ("msc", profile)
                     make: Callable[[], Client] = lambda: MscClient(make_client(profile, self.retry))  # noqa: E731
@@ -183,7 +188,7 @@ class RemoteFiles(StoreFiles):
         return self._call(path, "reading its metadata", lambda client, key: client.stat(key))
 
     def info(self, path: str) -> ObjectInfo:
-        meta = self._call(path, "reading its size", lambda client, key: client.stat(key))
+        meta = self._call(path, "reading its size", lambda client, key: client.stat(key, directories=False))
         if meta.type == "directory":
             raise NotFound(f"{path} is a prefix (a directory), not an object")
         return ObjectInfo(meta.content_length, meta.etag)
