@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+LOOKAHEAD = "DATAREEL_LOOKAHEAD_BYTES"
+
 
 def fmt(values: list[float], f: str = "{:,.0f}") -> str:
     return f"{f.format(statistics.median(values))} ({f.format(min(values))}–{f.format(max(values))})"
@@ -60,11 +62,12 @@ def throughput_table(name: str, per_sample: float, rows: dict, workers: list[int
 
 def ranks_table(name: str, per_sample: float, url: str, port, worlds: list[int], orders, measure: Callable) -> None:
     """W ranks simulated one after another (rank r of W, micro-batch 32/W, num_workers 0): the server's
-    counters summed over the ranks, 16 micro-batches of warm-up (one block's span), 64 timed."""
+    counters summed over the ranks, 16 micro-batches of warm-up (one block's span), 64 timed; lookahead off
+    (``DATAREEL_LOOKAHEAD_BYTES=0``: up to 64 MiB fetched ahead would count in so short a window)."""
     if not port:
         print("simulated ranks: needs the server's counters (SeaweedFS)")
         return
-    print(f"\n{name}: W ranks simulated, G = 32, m = 32/W, num_workers 0, 64 micro-batches per rank after 16:")
+    print(f"\n{name}: W ranks simulated, G = 32, m = 32/W, N = 0, lookahead off, 64 micro-batches a rank after 16:")
     print("| order | W | m | requests per sample | GETs per sample | bytes read per byte used |")
     print("|---|---|---|---|---|---|")
     for block in orders:
@@ -72,7 +75,7 @@ def ranks_table(name: str, per_sample: float, url: str, port, worlds: list[int],
             total = {"samples": 0, "gets": 0.0, "requests": 0.0, "sent": 0.0}
             for rank in range(world):
                 spec = {"url": url, "workers": 0, "block": block, "warmup": 16, "batches": 64, "seconds": 0.0}
-                got = measure({**spec, "metrics": int(port), "rank": rank, "world": world})
+                got = measure({**spec, "metrics": int(port), "rank": rank, "world": world}, {LOOKAHEAD: "0"})
                 if isinstance(got, str):
                     print(f"| {'block' if block else 'full'} | {world} | rank {rank}: {got} |")
                     break

@@ -121,9 +121,9 @@ def child(spec: dict) -> dict:
     for _ in range(spec["warmup"]):
         next(it)
     m0 = metrics.read() if metrics else {}
-    c0, t0, n = cpu(), time.perf_counter(), 0
-    while n < spec["batches"] or time.perf_counter() - t0 < spec["seconds"]:
-        n += len(next(it)["__key__"])
+    c0, t0, n, batches = cpu(), time.perf_counter(), 0, 0
+    while batches < spec["batches"] or time.perf_counter() - t0 < spec["seconds"]:
+        n, batches = n + len(next(it)["__key__"]), batches + 1
     wall, used = time.perf_counter() - t0, cpu() - c0
     m1 = metrics.read() if metrics else {}
     loader.close()
@@ -162,6 +162,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int)
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--ranks", default="1,2,4,8", help="simulated world sizes for the counters ('' skips)")
+    parser.add_argument("--only-ranks", action="store_true", help="the simulated-ranks table only")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -190,7 +191,7 @@ def main() -> None:
             url = upload(root, BUCKET, name)
             base = {"warmup": 3, "batches": batches, "seconds": seconds, "metrics": port and int(port)}
             rows: dict = {}
-            for n in workers:
+            for n in workers if not args.only_ranks else []:
                 for r in range(repeats):
                     for block in orders if r % 2 == 0 else orders[::-1]:
                         for where in ("local", "s3", "s3 msc") if msc and not block else ("local", "s3"):
@@ -201,10 +202,12 @@ def main() -> None:
                             if isinstance(got, str):
                                 print(f"  {name} {key}: {got}", flush=True)
                             rows.setdefault(key, []).append(got)
-            throughput_table(name, per_sample, rows, workers, orders, msc, repeats)
+            if not args.only_ranks:
+                throughput_table(name, per_sample, rows, workers, orders, msc, repeats)
             if args.ranks and name == sizes[0]:  # the counters hardly depend on the size
                 ranks_table(name, per_sample, url, port, [int(w) for w in args.ranks.split(",")], orders, measure)
-        client_cpu_table(BUCKET, metrics)
+        if not args.only_ranks:
+            client_cpu_table(BUCKET, metrics)
 
 
 def _server(kind: str):
