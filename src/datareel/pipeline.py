@@ -22,7 +22,7 @@ from .execute.encoder import ResolvedEncoder
 from .execute.planner import EncoderPlanner
 from .execute.threads import check_map_threads
 from .execute.workers import check_picklable
-from .plan.locality import read_blocks
+from .plan.locality import block_span, read_blocks
 from .plan.nodes import ReelPlan
 from .reel import Packing, Reel, Stage, StageContext, WindowedStage, WindowPlanner, check_options, make_reel
 from .sources.base import Source
@@ -69,7 +69,12 @@ def build(
     options = ExecOptions.of(seed, reseed_global_rng, on_error, packing, error_handler)
     threads = check_map_threads(map_threads, options.reseed_global, encoder.reseeds)  # execute/threads.py
     options = dataclasses.replace(options, map_threads=threads)
-    options = dataclasses.replace(options, read_blocks=tuple(sorted(read_blocks(plan).items())))  # BlockShuffle
+    blocks = read_blocks(plan)  # BlockShuffle: sources read in blocks, and in a bucket fetched a period ahead
+    plain = packing is None and stage is None  # the plain reel: a process's micro-batches are evenly spaced
+    ahead = (
+        (plan, block_span(plan)) if plain and any(getattr(sources[s], "prefetches", False) for s in blocks) else None
+    )
+    options = dataclasses.replace(options, read_blocks=tuple(sorted(blocks.items())), ahead=ahead)
     maker = BatchMaker(sources, encoder, options)
     chosen = packing if packing is not None else stage
     planner: WindowPlanner | None = None

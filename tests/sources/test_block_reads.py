@@ -54,6 +54,7 @@ def fresh(monkeypatch, tmp_path):
     """An empty sample cache and a node cache directory of the test's own (hypothesis tests clear the
     sample cache themselves: they take no function-scoped fixture)."""
     monkeypatch.setenv("DATAREEL_NODE_CACHE", str(tmp_path / "node"))
+    monkeypatch.setenv("DATAREEL_LOOKAHEAD_BYTES", "0")  # requests counted here are the reads' own
     kept._PER_PROCESS.clear()
     node_cache._PER_PROCESS.clear()
     yield
@@ -425,6 +426,7 @@ class SlowBucket(Bucket):
 
 
 def test_blocks_announced_ahead_are_fetched_in_the_background_and_used_once(fresh, dataset, bucket, monkeypatch):
+    monkeypatch.delenv("DATAREEL_LOOKAHEAD_BYTES")  # this test is of the lookahead
     slow = SlowBucket({url.replace("mem-blocks://", "mem-slow://"): blob for url, blob in bucket.blobs.items()})
     register_scheme("mem-slow", lambda: slow)
     try:

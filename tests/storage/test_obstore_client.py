@@ -169,24 +169,31 @@ def forked(files):
 files = RemoteFiles()
 files.client_of(URL).parents = True  # made, not used: no request sent yet
 first = forked(files)
-parent = files.read_range(URL, 0, 10)  # the parent's obstore runtime starts
+parent = files.read_range(URL, 0, 10)  # one request (opening a dataset): through MSC, no obstore runtime
+single = type(files.client_of(URL, bulk=False)).__name__
 second = forked(files)
-print(repr((first, parent, second)))
+bulk = files.read_ranges([(URL, 0, 10)])[URL, 0, 10]  # a micro-batch: the parent's obstore runtime starts
+after = type(files.client_of(URL, bulk=False)).__name__  # its single requests go through obstore from now on
+third = forked(files)
+print(repr((first, parent, single, second, bulk, after, third)))
 """
 
 
 @pytest.mark.workers
 def test_a_forked_process_makes_its_own_client_and_never_uses_an_inherited_runtime(server):
-    """In a fresh process: a child forked before any obstore request reads through a store of its own;
-    one forked after its parent had read through obstore (whose runtime does not survive fork: the child
-    would hang) reads through multi-storage-client, with the same bytes."""
+    """In a fresh process: a child forked before any obstore request reads through a store of its own; so
+    does one forked after its parent sent only single requests (they go through MSC until a micro-batch's
+    read starts obstore); one forked after its parent's bulk read through obstore (whose runtime does not
+    survive fork: the child would hang) reads through multi-storage-client, with the same bytes."""
     import ast
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    first, parent, second = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    first, parent, single, second, bulk, after, third = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
     expected = BLOB[:10] + BLOB[5000:5100]
-    assert first == ("ObstoreClient", False, expected) and parent == BLOB[:10]
-    assert second == ("MscClient", False, expected)
+    assert first == ("ObstoreClient", False, expected) and parent == bulk == BLOB[:10]
+    assert single == "MscClient" and after == "ObstoreClient"
+    assert second == ("ObstoreClient", False, expected)  # forked after the parent only opened: obstore
+    assert third == ("MscClient", False, expected)  # forked after the parent's own bulk read: MSC

@@ -27,18 +27,18 @@ def server():
 
 @pytest.fixture(scope="module")
 def datasets(server, tmp_path_factory):
-    """Two prepared WebDatasets of one-part samples, locally and in the bucket ``s3://blocks``."""
+    """Two prepared WebDatasets of one-part samples, locally and in the bucket ``s3://reel-blocks``."""
     from s3_server import make_bucket
 
     root = tmp_path_factory.mktemp("blocks")
-    make_bucket("blocks")
+    make_bucket("reel-blocks")
     for name in ("a", "b"):
         for s in range(SHARDS):  # 48 KiB a sample: the store's coalescing of neighbours (64 KiB) merges none
             samples = [(f"{name}{s}_{j:03d}", {"bin": bytes([j]) * (48 << 10)}) for j in range(PER_SHARD)]
             write_shard(root / name / f"s{s}.tar", samples)
         prepare_webdataset(root / name, progress=False)
-        upload(root / name, f"s3://blocks/{name}")
-    return root, "s3://blocks"
+        upload(root / name, f"s3://reel-blocks/{name}")
+    return root, "s3://reel-blocks"
 
 
 @pytest.fixture
@@ -95,7 +95,8 @@ def test_block_shuffle_from_a_bucket_restores_everywhere_with_a_shared_cache(dat
     assert any(shared_cache.rglob("*")), "the ranks' workers fetched no block through the node cache"
 
 
-def test_same_batches_as_the_local_copy_and_a_block_costs_one_request(datasets, shared_cache):
+def test_same_batches_as_the_local_copy_and_a_block_costs_one_request(datasets, shared_cache, monkeypatch):
+    monkeypatch.setenv("DATAREEL_LOOKAHEAD_BYTES", "0")  # the requests counted are the reads' own
     root, url = datasets
     kw = dict(global_batch_size=16, micro_batch_size=16, seed=2, task_encoder=Keys())
     blocks = datareel.BlockShuffle(block=8)

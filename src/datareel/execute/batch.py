@@ -38,6 +38,7 @@ from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
 from ..sources.source_info import failure_records, note_records
+from .ahead import Lookahead
 from .encoder import ResolvedEncoder
 from .options import ON_ERROR, ExecOptions
 from .randomness import sample_context
@@ -58,6 +59,7 @@ class BatchMaker(Dataset):
         self.options = options
         self._ready: dict[tuple[int, int], Any] = {}  # (source, index) -> raw sample read with its micro-batch
         self.threads = ThreadMap(options.map_threads) if options.map_threads else None  # the threaded map
+        self.lookahead = Lookahead(*options.ahead) if options.ahead is not None else None
 
     # -- one sample -------------------------------------------------------------------------------
     def _read(self, source_id: int, index: int) -> Any:
@@ -215,13 +217,13 @@ class BatchMaker(Dataset):
             if k > 1 and source.prefetches and hasattr(source, "fetch_ahead"):
                 source.fetch_ahead(np.unique(ahead[1][ahead[0] == source_id]), k)  # never raises
 
-    def read_ahead(self, source_ids: np.ndarray, indices: np.ndarray) -> None:
+    def read_ahead(self, source_ids: np.ndarray, indices: np.ndarray, ahead: Any = None) -> None:
         """Before the samples ``indices`` of ``source_ids`` (int64[k]) are made: :meth:`prefetch`; with the
         threaded map, only the samples of sources in buckets are fetched so (their bytes together; each is decoded
         by its thread), the others are read by the threads, and each source is first used in this process by the
         calling thread (a reader makes its per-process handles then, before threads share them)."""
         if self.threads is None:
-            return self.prefetch(source_ids, indices)
+            return self.prefetch(source_ids, indices, ahead)
         for source_id, index in zip(source_ids.tolist(), indices.tolist()):
             if self.threads.first_use(source_id):
                 try:
@@ -230,10 +232,11 @@ class BatchMaker(Dataset):
                     pass
         blocks = dict(self.options.read_blocks)  # block sources read in blocks, here too (one read a block)
         fetched = np.asarray([self.sources[s].prefetches or s in blocks for s in source_ids.tolist()], dtype=bool)
-        self.prefetch(source_ids[fetched], indices[fetched])
+        self.prefetch(source_ids[fetched], indices[fetched], ahead)
 
     def _make(self, desc: Descriptor) -> Any:
-        self.read_ahead(desc.source_ids, desc.indices)
+        ahead = self.lookahead.ahead(desc.positions) if self.lookahead is not None and not desc.planned else None
+        self.read_ahead(desc.source_ids, desc.indices, ahead)
         units = self._units(desc, self._members(desc))
         reseed = bool({"batch", "encode_batch"} & self.encoder.reseeds)
         with sample_context(self.options.seed, int(desc.units[0]), pack=True, reseed_global=reseed):

@@ -64,3 +64,22 @@ def read_blocks(plan: ReelPlan) -> dict[int, int]:
         elif isinstance(node, MixNode):
             stack.append(node.root)
     return out
+
+
+def block_span(plan: ReelPlan) -> int:
+    """Counters a super-period of the plan's block order spans (``k w P`` of its leaf with the longest one;
+    about the positions between two starts of a slot's blocks). 0 for a plan without blocks."""
+    span = 0
+    stack: list[Node] = [plan.root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, LeafNode):
+            if node.blocks is not None:
+                span = max(span, node.blocks.block * node.blocks.window * node.blocks.period)
+        elif isinstance(node, SplitNode):
+            stack += [node.left, node.right]
+        elif isinstance(node, ConcatNode):
+            stack += list(node.children)
+        elif isinstance(node, MixNode):
+            stack.append(node.root)
+    return span

@@ -62,6 +62,11 @@ def runtime_here() -> bool:
     return _RUNTIME_PID is None or _RUNTIME_PID == os.getpid()
 
 
+def runtime_started_here() -> bool:
+    """Whether this process itself started obstore's runtime (sent a request through it)."""
+    return _RUNTIME_PID == os.getpid()
+
+
 def s3_client() -> str:
     """The client of ``s3://`` URLs in this process: ``DATAREEL_S3_CLIENT`` (``obstore``, the default, or ``msc``)."""
     value = os.environ.get(ENV_CLIENT, "obstore").strip().lower() or "obstore"

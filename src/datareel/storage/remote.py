@@ -38,7 +38,7 @@ from .msc import _BOTOCORE_PROVIDERS as _BOTOCORE_PROVIDERS
 from .msc import MscClient, _profile_and_path, make_client
 from .msc import _status as _status
 from .object_store import ENV_CLIENT as ENV_CLIENT
-from .object_store import ObstoreClient, describe, make_store, runtime_here, s3_client
+from .object_store import ObstoreClient, describe, make_store, runtime_here, runtime_started_here, s3_client
 from .objects import ObjectInfo, ObjectStat
 from .ranges import COALESCE_GAP, COALESCE_LIMIT, coalesce, concurrency, gets_of
 from .registry import scheme_of
@@ -71,7 +71,7 @@ class RemoteFiles(StoreFiles):
     def _fresh(self) -> None:
         """Forget every client: a process (re)starts with none of its parent's connections, threads or runtime."""
         self._pid = os.getpid()
-        self._clients: dict[str, tuple[Client, str]] = {}  # url -> (client, key in it)
+        self._clients: dict[tuple[str, bool], tuple[Client, str]] = {}  # (url, single) -> (client, key in it)
         self._made: dict[tuple[str, str], Client] = {}  # (scheme or "msc", bucket or profile) -> client
         self._pool: ThreadPoolExecutor | None = None
         self._budget: Budget | None = None
@@ -86,16 +86,28 @@ class RemoteFiles(StoreFiles):
         return self._budget
 
     def _resolve(self, url: str) -> tuple[Client, str]:
-        """The client and the object's key in it for ``url`` (cached per process)."""
+        """The client and the object's key in it for ``url`` (cached per process), for a micro-batch's ranges
+        (:meth:`read_ranges`)."""
+        return self._client_for(url, single=False)
+
+    def _resolve_one(self, url: str) -> tuple[Client, str]:
+        """:meth:`_resolve` for a request of one object (metadata, an index, a first-use check): an s3:// one
+        goes through obstore only once this process has started obstore's runtime with a micro-batch's read;
+        before, through multi-storage-client. So a process that only opened datasets (the training process of
+        a loader with workers) starts no runtime, and the workers it forks read through obstore."""
+        return self._client_for(url, single=(scheme_of(url) or "") == "s3" and not runtime_started_here())
+
+    def _client_for(self, url: str, single: bool) -> tuple[Client, str]:
         if self._pid != os.getpid():
             self._fresh()
-        found = self._clients.get(url)
+        scheme = scheme_of(url) or ""
+        found = self._clients.get((url, single))
         if found is None:
             try:
-                scheme = scheme_of(url) or ""
                 empty_segment = "//" in url.split("://", 1)[1].rstrip("/")  # a key obstore cannot name: a/b//c
                 if scheme == "msc" or (
-                    scheme == "s3" and (self.s3_client == "msc" or empty_segment or not self._obstore_here(url))
+                    scheme == "s3"
+                    and (self.s3_client == "msc" or empty_segment or single or not self._obstore_here(url))
                 ):
                     profile, key = _profile_and_path(url)
                     where = ("msc", profile)
@@ -118,7 +130,7 @@ class RemoteFiles(StoreFiles):
                         client = self._made[where] = make()
             except (ValueError, KeyError) as exc:
                 raise DatasetError(f"{url}: {exc}; check the URL (s3://bucket/key or msc://profile/key)") from None
-            found = self._clients[url] = (client, key)
+            found = self._clients[url, single] = (client, key)
         return found
 
     def _obstore_here(self, url: str) -> bool:
@@ -135,9 +147,10 @@ class RemoteFiles(StoreFiles):
             )
         return False
 
-    def client_of(self, url: str) -> Client:
-        """The client that serves ``url`` in this process (an :class:`ObstoreClient` or an :class:`MscClient`)."""
-        return self._resolve(url)[0]
+    def client_of(self, url: str, bulk: bool = True) -> Client:
+        """The client that serves ``url`` in this process (an :class:`ObstoreClient` or an :class:`MscClient`): for a
+        micro-batch's ranges (``bulk``), or for one request."""
+        return (self._resolve(url) if bulk else self._resolve_one(url))[0]
 
     def _count_requests(self, n: int) -> None:
         with self._count:
@@ -146,7 +159,7 @@ class RemoteFiles(StoreFiles):
     def _call(self, url: str, what: str, call: Callable[[Client, str], T], *, deadline: bool = True) -> T:
         """Run ``call(client, key)`` with the retry policy (``deadline``: within :attr:`Retry.deadline`);
         every failure becomes a :class:`~datareel.errors.StorageError` naming ``url``."""
-        client, key = self._resolve(url)
+        client, key = self._resolve_one(url)
         started, attempt = time.monotonic(), 0
         while True:
             self._count_requests(1)
