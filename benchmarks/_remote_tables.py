@@ -60,21 +60,24 @@ def throughput_table(name: str, per_sample: float, rows: dict, workers: list[int
     sys.stdout.flush()
 
 
-def ranks_table(name: str, per_sample: float, url: str, port, worlds: list[int], orders, measure: Callable) -> None:
+def ranks_table(
+    name: str, per_sample: float, url: str, port, worlds: list[int], orders, measure: Callable, warmup=16, batches=64
+) -> None:
     """W ranks simulated one after another (rank r of W, micro-batch 32/W, num_workers 0): the server's
-    counters summed over the ranks, 16 micro-batches of warm-up (one block's span), 64 timed; lookahead off
+    counters summed over the ranks, ``warmup`` micro-batches (16: one block's span), ``batches`` timed; lookahead off
     (``DATAREEL_LOOKAHEAD_BYTES=0``: up to 64 MiB fetched ahead would count in so short a window)."""
     if not port:
         print("simulated ranks: needs the server's counters (SeaweedFS)")
         return
-    print(f"\n{name}: W ranks simulated, G = 32, m = 32/W, N = 0, lookahead off, 64 micro-batches a rank after 16:")
+    print(f"\n{name}: W ranks simulated, G = 32, m = 32/W, N = 0, lookahead off, ", end="")
+    print(f"{batches} micro-batches a rank after {warmup}:")
     print("| order | W | m | requests per sample | GETs per sample | bytes read per byte used |")
     print("|---|---|---|---|---|---|")
     for block in orders:
         for world in worlds:
             total = {"samples": 0, "gets": 0.0, "requests": 0.0, "sent": 0.0}
             for rank in range(world):
-                spec = {"url": url, "workers": 0, "block": block, "warmup": 16, "batches": 64, "seconds": 0.0}
+                spec = {"url": url, "workers": 0, "block": block, "warmup": warmup, "batches": batches, "seconds": 0.0}
                 got = measure({**spec, "metrics": int(port), "rank": rank, "world": world}, {LOOKAHEAD: "0"})
                 if isinstance(got, str):
                     print(f"| {'block' if block else 'full'} | {world} | rank {rank}: {got} |")

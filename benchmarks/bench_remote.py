@@ -162,7 +162,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int)
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--ranks", default="1,2,4,8", help="simulated world sizes for the counters ('' skips)")
-    parser.add_argument("--only-ranks", action="store_true", help="the simulated-ranks table only")
+    parser.add_argument("--only-ranks", action="store_true", help="the simulated-ranks table only, block shuffle")
+    parser.add_argument("--ranks-warmup", type=int, default=16, help="micro-batches a rank reads before counting")
+    parser.add_argument("--ranks-batches", type=int, default=64, help="micro-batches a rank reads while counted")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -205,7 +207,9 @@ def main() -> None:
             if not args.only_ranks:
                 throughput_table(name, per_sample, rows, workers, orders, msc, repeats)
             if args.ranks and name == sizes[0]:  # the counters hardly depend on the size
-                ranks_table(name, per_sample, url, port, [int(w) for w in args.ranks.split(",")], orders, measure)
+                worlds = [int(w) for w in args.ranks.split(",")]
+                ranked = [True] if args.only_ranks and has_block() else orders
+                ranks_table(name, per_sample, url, port, worlds, ranked, measure, args.ranks_warmup, args.ranks_batches)
         if not args.only_ranks:
             client_cpu_table(BUCKET, metrics)
 
