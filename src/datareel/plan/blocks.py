@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import OptionError, check_int
 from .permute import ROUNDS, feistel_width, permute, permute_each
+from .rng import round_keys
 
 DOMAIN_BLOCKS = 0x626C6B73  # "blks": the keys of one epoch of a block shuffle
 _MULTIPLIERS = (np.uint64(0x9E3779B97F4A7C15) * (2 * np.arange(ROUNDS, dtype=np.uint64) + 1)) | np.uint64(1)
@@ -97,11 +98,7 @@ class BlockOrder:
 @functools.lru_cache(maxsize=4096)
 def _keys(seed: int, source_key: int, epoch: int, part: int) -> np.ndarray:
     """Round keys of part ``part`` (0: blocks, 1: the rest, 2: slots) of one epoch. -> uint64[ROUNDS]."""
-    keys = np.random.SeedSequence([DOMAIN_BLOCKS, seed, source_key, epoch, part]).generate_state(
-        ROUNDS, dtype=np.uint64
-    )
-    keys.setflags(write=False)
-    return keys
+    return round_keys(DOMAIN_BLOCKS, seed, source_key, epoch, part)
 
 
 def _slot_keys(base: np.ndarray, slots: np.ndarray) -> np.ndarray:

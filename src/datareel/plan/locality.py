@@ -12,6 +12,7 @@ offset drifts by a few positions over a block's periods: every guarantee holds, 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import cast
 
@@ -48,38 +49,29 @@ def _rewrite(node: Node, share: Fraction, options: BlockShuffle) -> Node:
     return compile_mix(cast(SplitNode, _rewrite(node.root, share, options)))  # a split rewritten is a split
 
 
-def read_blocks(plan: ReelPlan) -> dict[int, int]:
-    """``{leaf id: samples per block}`` of every leaf the plan reads in block order."""
-    out: dict[int, int] = {}
+def leaves(plan: ReelPlan) -> Iterator[LeafNode]:
+    """Every leaf of ``plan``'s tree."""
     stack: list[Node] = [plan.root]
     while stack:
         node = stack.pop()
         if isinstance(node, LeafNode):
-            if node.blocks is not None and node.blocks.block > 1:
-                out[node.leaf] = node.blocks.block
+            yield node
         elif isinstance(node, SplitNode):
             stack += [node.left, node.right]
         elif isinstance(node, ConcatNode):
             stack += list(node.children)
         elif isinstance(node, MixNode):
             stack.append(node.root)
-    return out
+
+
+def read_blocks(plan: ReelPlan) -> dict[int, int]:
+    """``{leaf id: samples per block}`` of every leaf the plan reads in block order."""
+    return {leaf.leaf: leaf.blocks.block for leaf in leaves(plan) if leaf.blocks is not None and leaf.blocks.block > 1}
 
 
 def block_span(plan: ReelPlan) -> int:
     """Counters a super-period of the plan's block order spans (``k w P`` of its leaf with the longest one;
     about the positions between two starts of a slot's blocks). 0 for a plan without blocks."""
-    span = 0
-    stack: list[Node] = [plan.root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, LeafNode):
-            if node.blocks is not None:
-                span = max(span, node.blocks.block * node.blocks.window * node.blocks.period)
-        elif isinstance(node, SplitNode):
-            stack += [node.left, node.right]
-        elif isinstance(node, ConcatNode):
-            stack += list(node.children)
-        elif isinstance(node, MixNode):
-            stack.append(node.root)
-    return span
+    return max(
+        (b.block * b.window * b.period for b in (leaf.blocks for leaf in leaves(plan)) if b is not None), default=0
+    )

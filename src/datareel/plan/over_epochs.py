@@ -20,6 +20,7 @@ import functools
 import numpy as np
 
 from .permute import ROUNDS, _round, permute
+from .rng import round_keys
 
 DOMAIN_OVER_EPOCHS = 0x6F766572  # "over": the bijection of one block of k epochs
 DOMAIN_DRAW = 0x64726177  # "draw": the with-replacement draws of k = -1
@@ -51,11 +52,7 @@ def combine(outer: int | None, inner: int | None) -> int | None:
 @functools.lru_cache(maxsize=4096)
 def block_keys(seed: int, source_key: int, epochs: int, block: int) -> np.ndarray:
     """Round keys of block ``block`` (``epochs`` epochs long) of a source. -> uint64[ROUNDS], read-only."""
-    keys = np.random.SeedSequence([DOMAIN_OVER_EPOCHS, seed, source_key, epochs, block]).generate_state(
-        ROUNDS, dtype=np.uint64
-    )
-    keys.setflags(write=False)
-    return keys
+    return round_keys(DOMAIN_OVER_EPOCHS, seed, source_key, epochs, block)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -28,15 +28,21 @@ def name_key(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def round_keys(*entropy: int) -> np.ndarray:
+    """Feistel round keys from ``entropy`` (a domain first, then what the keys belong to). -> uint64[ROUNDS],
+    read-only (callers cache them)."""
+    keys = np.random.SeedSequence(list(entropy)).generate_state(ROUNDS, dtype=np.uint64)
+    keys.setflags(write=False)
+    return keys
+
+
 @functools.lru_cache(maxsize=4096)
 def permutation_keys(seed: int, source_key: int, epoch: int) -> np.ndarray:
     """Round keys of the shuffle of ``epoch`` of the source named by ``source_key``.
 
     -> uint64[ROUNDS]; cached, and read-only so the cache cannot be corrupted.
     """
-    keys = np.random.SeedSequence([DOMAIN_PERMUTE, seed, source_key, epoch]).generate_state(ROUNDS, dtype=np.uint64)
-    keys.setflags(write=False)
-    return keys
+    return round_keys(DOMAIN_PERMUTE, seed, source_key, epoch)
 
 
 def sample_seed_sequence(seed: int, position: int) -> np.random.SeedSequence:

@@ -10,13 +10,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import DatasetError
 
 if TYPE_CHECKING:
     from .object_store import ObstoreClient
-    from .remote import RemoteFiles
+
+T = TypeVar("T")
+
+
+class RemoteFiles(Protocol):
+    """What a batched call needs of :class:`~datareel.storage.remote.RemoteFiles` (named here, not imported:
+    remote.py imports this module)."""
+
+    def budget(self) -> Budget: ...
+
+    def each(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]: ...
+
+    def _count_requests(self, n: int) -> None: ...
+
+    def failed(
+        self, url: str, what: str, client: Any, exc: Exception, attempt: int, started: float, deadline: bool
+    ) -> float: ...
+
 
 log = logging.getLogger("datareel")
 Get = tuple[int, int, list[tuple[int, int]]]  # one GET: start, stop, the ranges it holds
