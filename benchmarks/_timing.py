@@ -22,3 +22,17 @@ def summary(values: list[float], scale: float = 1.0, fmt: str = "{:.2f}") -> str
     """'median (min–max)' of ``values × scale``."""
     v = sorted(x * scale for x in values)
     return f"{fmt.format(statistics.median(v))} ({fmt.format(v[0])}–{fmt.format(v[-1])})"
+
+
+def process_tree_cpu() -> float:
+    """CPU seconds (user + system) of this process and all its children so far (DataLoader workers too)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for p in me.children(recursive=True):
+        try:
+            total += sum(p.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total

@@ -46,10 +46,10 @@ QUICK_BATCHES = {"raw": (100, 20), "jpeg": (24, 20)}
 
 def child(name: str, home: Path, kind: str, workers: int, batches: int, warmup: int) -> dict[str, float]:
     """One measurement in this process: samples/s and CPU % of the timed batches."""
-    import psutil
     import torch
 
     from _peer_loaders import make
+    from _timing import process_tree_cpu
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)  # as in DataLoader workers: no intra-op threads waiting for a busy core
@@ -57,16 +57,7 @@ def child(name: str, home: Path, kind: str, workers: int, batches: int, warmup: 
     it = iter(loader)
     for _ in range(warmup):
         next(it)
-    me = psutil.Process()
-
-    def cpu() -> float:
-        total = sum(me.cpu_times()[:2])
-        for p in me.children(recursive=True):
-            try:
-                total += sum(p.cpu_times()[:2])
-            except psutil.Error:
-                pass
-        return total
+    cpu = process_tree_cpu
 
     c0, t0 = cpu(), time.perf_counter()
     for _ in range(batches):

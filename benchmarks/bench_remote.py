@@ -89,10 +89,9 @@ def build(root: Path, size: int, shards: int, per_shard: int = 1000) -> float:
 def child(spec: dict) -> dict:
     """One measurement in this process (``spec``: url, workers, block, batches, warmup, seconds, metrics port,
     rank, world): samples/s, CPU, and the server's counters over the timed window."""
-    import psutil
-
     import datareel
     from _seaweed import Metrics
+    from _timing import process_tree_cpu
 
     world = spec.get("world", 1)
     loader = datareel.Loader(
@@ -106,16 +105,7 @@ def child(spec: dict) -> dict:
         shuffle=datareel.BlockShuffle(block=16) if spec["block"] else True,
     )
     metrics = Metrics(spec["metrics"]) if spec.get("metrics") else None
-    me = psutil.Process()
-
-    def cpu() -> float:
-        total = sum(me.cpu_times()[:2])
-        for p in me.children(recursive=True):
-            try:
-                total += sum(p.cpu_times()[:2])
-            except psutil.Error:
-                pass
-        return total
+    cpu = process_tree_cpu
 
     it = iter(loader)
     for _ in range(spec["warmup"]):
