@@ -67,16 +67,17 @@ def build(
             )
         stage = WindowedStage()
     options = ExecOptions.of(seed, reseed_global_rng, on_error, packing, error_handler)
-    threads = check_map_threads(map_threads, options.reseed_global, encoder.reseeds)  # execute/threads.py
-    options = dataclasses.replace(options, map_threads=threads)
-    blocks = read_blocks(plan)  # BlockShuffle: sources read in blocks, and in a bucket fetched a period ahead
-    plain = packing is None and stage is None  # the plain reel: a process's micro-batches are evenly spaced
-    ahead = (
-        (plan, block_span(plan)) if plain and any(getattr(sources[s], "prefetches", False) for s in blocks) else None
-    )
-    options = dataclasses.replace(options, read_blocks=tuple(sorted(blocks.items())), ahead=ahead)
-    maker = BatchMaker(sources, encoder, options)
     chosen = packing if packing is not None else stage
+    blocks = read_blocks(plan)  # BlockShuffle: sources read in blocks, and in a bucket fetched a period ahead
+    in_bucket = any(getattr(sources[s], "prefetches", False) for s in blocks)
+    options = dataclasses.replace(
+        options,
+        map_threads=check_map_threads(map_threads, options.reseed_global, encoder.reseeds),  # execute/threads.py
+        read_blocks=tuple(sorted(blocks.items())),
+        # the plain reel only: a process's micro-batches are evenly spaced there
+        ahead=(plan, block_span(plan)) if chosen is None and in_bucket else None,
+    )
+    maker = BatchMaker(sources, encoder, options)
     planner: WindowPlanner | None = None
     if isinstance(chosen, WindowedStage):  # the encoder's own stage: planned with the workers' maker (execute/)
         planner = EncoderPlanner(maker, chosen)

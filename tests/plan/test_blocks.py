@@ -12,8 +12,7 @@ import datareel
 from datareel.blend import build_plan
 from datareel.errors import OptionError
 from datareel.plan.blocks import BlockOrder, BlockShuffle, block_indices, epoch_indices
-from datareel.plan.locality import read_blocks, with_blocks
-from datareel.plan.nodes import LeafNode
+from datareel.plan.locality import leaves, read_blocks, with_blocks
 from datareel.sources.view import SourceView
 from profiles import examples
 
@@ -82,23 +81,13 @@ def test_options_are_checked_naming_the_value():
         BlockShuffle().to_json()
 
 
-def _leaves(node):
-    if isinstance(node, LeafNode):
-        return [node]
-    if hasattr(node, "root"):
-        return _leaves(node.root)
-    if hasattr(node, "children"):
-        return [x for c in node.children for x in _leaves(c)]
-    return _leaves(node.left) + _leaves(node.right)
-
-
 def test_a_mix_gives_each_leaf_its_share_of_the_period_and_aligns_exactly():
     a = datareel.from_sequence(list(range(3000)), name="a")
     b = datareel.from_sequence(list(range(5000)), name="b")
     c = SourceView(datareel.from_sequence(list(range(800)), name="c"), shuffle=False)
     plan, _ = build_plan(datareel.mix([(a, 1), (b, 3), (c, 4)]), seed=0, shuffle=True)
     blocked = with_blocks(plan, BlockShuffle(block=8, period=64))
-    periods = {leaf.leaf: (leaf.blocks.period if leaf.blocks else None) for leaf in _leaves(blocked.root)}
+    periods = {leaf.leaf: (leaf.blocks.period if leaf.blocks else None) for leaf in leaves(blocked)}
     assert periods == {0: 8, 1: 24, 2: None}  # 64 * 1/8, 64 * 3/8; c keeps its order
     assert read_blocks(blocked) == {0: 8, 1: 8}
     # with shares whose denominators divide P, counters c and c + P f are exactly P positions apart:

@@ -60,6 +60,7 @@ class BatchMaker(Dataset):
         self._ready: dict[tuple[int, int], Any] = {}  # (source, index) -> raw sample read with its micro-batch
         self.threads = ThreadMap(options.map_threads) if options.map_threads else None  # the threaded map
         self.lookahead = Lookahead(*options.ahead) if options.ahead is not None else None
+        self.blocks = dict(options.read_blocks)  # source id -> samples per block (BlockShuffle)
 
     # -- one sample -------------------------------------------------------------------------------
     def _read(self, source_id: int, index: int) -> Any:
@@ -193,7 +194,7 @@ class BatchMaker(Dataset):
         indices)`` of micro-batches made later by this process; block sources in buckets start fetching their
         blocks in the background (``fetch_ahead``, bounded bytes)."""
         self._ready = {}  # one micro-batch's samples at most are held
-        blocks = dict(self.options.read_blocks)  # source id -> samples per block
+        blocks = self.blocks
         for source_id in np.unique(source_ids).tolist():
             source, mine = self.sources[source_id], np.unique(indices[source_ids == source_id])
             k = blocks.get(source_id, 1) if getattr(source, "reads_blocks", False) else 1
@@ -230,8 +231,8 @@ class BatchMaker(Dataset):
                     self.sources[source_id].key(index)
                 except Exception:  # the read tells, under the error policy
                     pass
-        blocks = dict(self.options.read_blocks)  # block sources read in blocks, here too (one read a block)
-        fetched = np.asarray([self.sources[s].prefetches or s in blocks for s in source_ids.tolist()], dtype=bool)
+        # sources in buckets and block sources are fetched together here too (a block: one read)
+        fetched = np.asarray([self.sources[s].prefetches or s in self.blocks for s in source_ids.tolist()], dtype=bool)
         self.prefetch(source_ids[fetched], indices[fetched], ahead)
 
     def _make(self, desc: Descriptor) -> Any:

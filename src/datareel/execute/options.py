@@ -27,10 +27,10 @@ class ExecOptions:
     """``(source id, samples per block)`` of each source the block shuffle reads in blocks
     (:class:`datareel.BlockShuffle`); sources not listed are read sample by sample."""
     map_threads: int = 0
+    """Threads per process for the per-sample stage (read, decode, ``encode_sample``); 0: in the calling thread."""
     ahead: tuple[Any, int] | None = None
     """``(plan, positions ahead)`` where block sources in buckets fetch the blocks of about one block period
     ahead (:class:`~datareel.execute.ahead.Lookahead`); ``None``: no lookahead."""
-    """Threads per process for the per-sample stage (read, decode, ``encode_sample``); 0: in the calling thread."""
 
     @classmethod
     def of(cls, seed: int, reseed_global: Any, on_error: Any, packing: Any, handler: Any = None) -> ExecOptions:
