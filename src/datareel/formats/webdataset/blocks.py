@@ -82,6 +82,9 @@ class BlockReads:
         def _index(self, s: int) -> np.ndarray:
             raise NotImplementedError
 
+        def _open_first_used(self, shards: np.ndarray) -> None:
+            raise NotImplementedError
+
         def _sample(self, s: int, local: int, key: str, parts: dict[str, bytes], where: str) -> Any:
             raise NotImplementedError
 
@@ -123,9 +126,7 @@ class BlockReads:
             shard, _ = self.locate_many(wanted)
         except (IndexError, ValueError):
             return
-        cache, files = self._cache(), self._store()
-        first_use = [s for s in np.unique(shard).tolist() if cache.peek(self._paths[s]) is None]
-        files.each(self._index, first_use)  # failures are remembered by the handle cache and raised on read
+        self._open_first_used(shard)
         _, spans = self._spans(wanted, k, sample_cache())
         got = self._span_bytes(spans)  # what was fetched ahead, and the rest together
         self._blocks = {
@@ -142,11 +143,9 @@ class BlockReads:
         try:
             wanted = np.unique(np.asarray(indices, dtype=np.int64))
             shard, _ = self.locate_many(wanted)
-            cache, files = self._cache(), self._store()
+            self._open_first_used(shard)  # first: a first use in this process resets its per-process state
             if self._ahead is None:
                 self._ahead = Ahead(ahead_limit(os.environ.get("DATAREEL_LOOKAHEAD_BYTES")))
-            first_use = [s for s in np.unique(shard).tolist() if cache.peek(self._paths[s]) is None]
-            files.each(self._index, first_use)
             _, spans = self._spans(wanted, k, sample_cache())
         except Exception:
             return

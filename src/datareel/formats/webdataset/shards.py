@@ -119,6 +119,13 @@ class ShardReads:
             self._blocks, self._ahead = {}, None
         return self._handles
 
+    def _open_first_used(self, shards: np.ndarray) -> None:
+        """Open and check, concurrently where the store gains by it, the shards of ``shards`` (int64[k]) new to
+        this process. Never raises: a failure is remembered by the handle cache and raised on read."""
+        cache = self._cache()
+        first_use = [s for s in np.unique(shards).tolist() if cache.peek(self._paths[s]) is None]
+        self._store().each(self._index, first_use)
+
     def _handle(self, s: int) -> Handle:
         """Shard ``s``'s handle, opened and checked on its first use in this process (:meth:`_open_shard`)."""
         return self._cache().get(self._paths[s], lambda: self._open_shard(s))
@@ -148,8 +155,7 @@ class ShardReads:
         except IndexError:
             return
         files = self._store()
-        first_use = [s for s in np.unique(shard).tolist() if cache.peek(self._paths[s]) is None]
-        files.each(self._index, first_use)  # failures are remembered by the cache and raised on read
+        self._open_first_used(shard)
         wanted = []
         for s, i in zip(shard.tolist(), local.tolist()):
             handle = cache.peek(self._paths[s])
