@@ -125,7 +125,12 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.samples < 1:
             parser.error(f"--samples={args.samples} must be at least 1")
         passed = run_demo(
-            samples=args.samples, seed=args.seed, distributed=args.distributed, out=say, progress=not args.quiet
+            samples=args.samples,
+            seed=args.seed,
+            distributed=args.distributed,
+            out=say,
+            progress=not args.quiet,
+            keep=args.keep,
         )
         return 0 if passed else 1
     if args.command == "prepare":

@@ -1,6 +1,7 @@
 """``datareel demo``: checkpoint on 4 ranks × 2 workers, resume on 3 × 1 and 2 × 0.
 
-The demo writes a small token dataset into a temporary directory, runs an
+The demo writes a small token dataset as WebDataset shards and prepares it (into a temporary directory, or
+``keep``'s, which then also holds the checkpoint, for the operating commands), runs an
 uninterrupted single-rank reference, then a 4-rank job that checkpoints, and
 resumes that checkpoint on two other topologies.  Every global batch (positions,
 keys, tokens and per-sample augmentation) must equal the reference's, and every
@@ -29,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..blend import open_dataset
 from ..loader import Loader
+from ..sources.base import Source
 from ..sources.sequence import from_sequence
 from ..testing.simulate import make_ranks, take_global_batches, unbatch
-from .demo_data import NoisyEncoder, TokenFile, write_dataset
-from .demo_report import report
+from .demo_data import NoisyEncoder, TokenFile, write_dataset, write_shards
+from .demo_report import keep_directory, kept, report
 
 __all__ = [
     "DEMO_PHASES",
@@ -42,6 +45,7 @@ __all__ = [
     "Phase",
     "TokenFile",
     "assemble",
+    "demo_source",
     "job_loaders",
     "report",
     "run_demo",
@@ -49,6 +53,7 @@ __all__ = [
     "run_phase_local",
     "run_scenario",
     "write_dataset",
+    "write_shards",
 ]
 
 
@@ -79,9 +84,17 @@ class Job:
     out_dir: str
 
 
+def demo_source(data: str) -> Source:
+    """The dataset at ``data``: a prepared directory of shards (:func:`write_shards`), or a ``.npy`` token file
+    (:func:`write_dataset`)."""
+    if Path(data).is_dir():
+        return open_dataset(data)
+    return from_sequence(TokenFile(data), name="demo-tokens")
+
+
 def job_loaders(job: Job, *, distributed: bool = False) -> list[Loader]:
     """A job's loaders: one per simulated rank, or (distributed) this process's only one."""
-    dataset = from_sequence(TokenFile(job.data), name="demo-tokens")
+    dataset = demo_source(job.data)
     common = dict(
         global_batch_size=job.global_batch_size,
         seed=job.seed,
@@ -236,12 +249,16 @@ def run_demo(
     distributed: bool = False,
     out: Callable[[str], Any] = print,
     progress: bool = False,
+    keep: Path | str | None = None,
 ) -> bool:
     """Run the scenario; print a table and a verdict; return whether everything matched. ``progress``:
-    each phase announced on stderr as it starts and ends."""
+    each phase announced on stderr as it starts and ends. ``keep``: a new or empty directory (else
+    :class:`~datareel.errors.OptionError`) that keeps the dataset and the checkpoint, and the commands to try
+    on them are printed."""
+    kept_in = None if keep is None else keep_directory(Path(keep))
     with tempfile.TemporaryDirectory(prefix="datareel-demo-") as tmp:
         work = Path(tmp)
-        data = write_dataset(work, samples, seed=seed)
+        data = write_shards((kept_in or work) / "dataset", samples, seed=seed)
         runner = run_phase_distributed if distributed else run_phase_local
         reference, results, state = run_scenario(
             data,
@@ -253,7 +270,7 @@ def run_demo(
             note=_to_stderr if progress else None,
             where="real processes, gloo" if distributed else "ranks simulated in this process",
         )
-    return report(
+    passed = report(
         reference,
         results,
         state,
@@ -263,6 +280,11 @@ def run_demo(
         out=out,
         phases=len(DEMO_PHASES),
     )
+    if kept_in is not None:
+        if state is not None:
+            _write_atomic(kept_in / "checkpoint.json", state)
+        out(kept(kept_in, data, state, DEMO_PHASES, samples=samples, global_batch_size=global_batch_size))
+    return passed
 
 
 def _to_stderr(line: str) -> None:

@@ -1,10 +1,15 @@
 """The demo's verdict: the table of phases (each resumed run's global batches against the uninterrupted
-reference's) and whether every sample appeared exactly once per epoch (:func:`report`)."""
+reference's) and whether every sample appeared exactly once per epoch (:func:`report`); with ``--keep``, the
+directory checked (:func:`keep_directory`) and what it holds, with the commands to try on it (:func:`kept`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+from ..errors import OptionError
 
 
 def report(
@@ -61,3 +66,46 @@ def _exactly_once_per_epoch(batches: list[list[Any]], samples: int) -> bool:
         if len(set(epoch)) != len(epoch) or (len(epoch) == samples and sorted(epoch) != list(range(samples))):
             return False
     return True
+
+
+def keep_directory(path: Path) -> Path:
+    """``--keep DIR``: a new or empty directory (made here), so the demo's files mix with nothing. -> ``DIR``"""
+    if path.exists() and not path.is_dir():
+        raise OptionError(f"--keep {path}: {path} is a file: give a new or empty directory for the demo's files")
+    if path.is_dir() and any(path.iterdir()):
+        held = ", ".join(sorted(p.name for p in path.iterdir())[:3])
+        raise OptionError(
+            f"--keep {path}: {path} is not empty (it holds {held}, ...): the demo keeps its dataset and "
+            "checkpoint only in a new or empty directory; give another one, or empty this one"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def kept(
+    where: Path, data: Path, state: str | None, phases: Sequence[Any], *, samples: int, global_batch_size: int
+) -> str:
+    """What ``--keep`` left in ``where`` and the operating commands to try on it (each line runs as written)."""
+    q = shlex.quote
+    first, resume = phases[0], phases[1]
+    lines = [
+        f"\nkept in {where} (delete it when done):",
+        f"  {data}  the {samples} samples as WebDataset shards, prepared (.tar.idx, .nv-meta/)",
+    ]
+    commands = [f"datareel info {q(str(data))}", f"datareel preview {q(str(data))} --count 2 --decode"]
+    if state is not None:
+        ckpt = q(str(where / "checkpoint.json"))
+        lines.append(
+            f"  {where / 'checkpoint.json'}  the loader state the {first.world_size} ranks saved after global "
+            f"batch {first.batches - 1}"
+        )
+        commands += [
+            f"datareel inspect {ckpt} {q(str(data))}",
+            f"datareel verify {ckpt} {q(str(data))} --world-size {resume.world_size} "
+            f"--micro-batch-size {resume.micro_batch_size}",
+        ]
+    commands.append(
+        f"datareel plot {q(str(data))} --global-batch-size {global_batch_size} --steps 20 "
+        f"--out {q(str(where / 'plot.png'))}  # needs matplotlib (the [plot] extra)"
+    )
+    return "\n".join([*lines, "try the operating commands on them:", *(f"  {c}" for c in commands)])

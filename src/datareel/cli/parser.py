@@ -32,6 +32,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run each phase as real processes joined by torch.distributed (gloo on 127.0.0.1)",
     )
+    demo.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="keep the dataset and the checkpoint in DIR (new or empty) and print commands to try on them",
+    )
     prepare = commands.add_parser(
         "prepare",
         help="index WebDataset shards (a directory) or a .jsonl file into Energon's format",
