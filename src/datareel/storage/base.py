@@ -96,6 +96,10 @@ class HandleCache(Protocol):
         """The handle of ``path``, made by ``opener`` if there is none; its ``index`` may be kept."""
         ...
 
+    def use(self, path: str, opener: Callable[[], Handle]) -> AbstractContextManager[Handle]:
+        """The handle of ``path`` (made by ``opener`` if there is none), never closed while the block runs."""
+        ...
+
     def peek(self, path: str) -> Handle | None:
         """The handle of ``path`` if there is one already (no I/O)."""
         ...
@@ -159,6 +163,9 @@ class KeptHandles:
             raise
         with self._lock:
             return self._kept.setdefault(path, made)
+
+    def use(self, path: str, opener: Callable[[], Handle]) -> AbstractContextManager[Handle]:
+        return contextlib.nullcontext(self.get(path, opener))  # kept for the reader's life: never closed
 
     def peek(self, path: str) -> Handle | None:
         return self._kept.get(path)

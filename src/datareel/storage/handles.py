@@ -10,18 +10,21 @@ descriptor (``EMFILE``/``ENFILE``: the rest of the process holds more than the q
 every handle of the set is closed and the open tried once more; if that fails too, a
 :class:`~datareel.errors.StorageError` names the file, the cap, the limit and the fix.  Each process
 (a DataLoader worker after fork) has its own set; handles inherited from the parent are closed in
-the child, never used.  (Objects in other stores hold no descriptor: their handles are kept by their
-store, :class:`~datareel.storage.base.StoreFiles`.)
+the child, never used.  Threads of one process share the set: a reader uses a handle inside
+:meth:`OpenShards.use`, which pins it, and a handle another thread evicts meanwhile is closed only when
+its last use ends (threads x evictions: docs/guarantees.md).  (Objects in other stores hold no
+descriptor: their handles are kept by their store, :class:`~datareel.storage.base.StoreFiles`.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -51,11 +54,18 @@ class Descriptor:
 
 class Handle:
     """One opened object (a local descriptor, or an object in a store) and its offsets (read-only; mapped
-    for a large local index). ``Handle(fd, index)`` takes a bare descriptor too."""
+    for a large local index). ``Handle(fd, index)`` takes a bare descriptor too.
+
+    A handle is *pinned* while it is used (:meth:`pin` / :meth:`release`; :meth:`OpenShards.use` pins it
+    under the set's lock): :meth:`close` on a pinned handle (an eviction by another thread) only marks it,
+    and the last :meth:`release` closes it, so neither its descriptor nor its index goes from under a read."""
 
     def __init__(self, opened: Opened | int, index: np.ndarray):
         self.opened: Any = Descriptor(opened) if isinstance(opened, int) else opened
         self.index = index  # uint64[count + 1]
+        self._pins = 0
+        self._closing = False
+        self._lock = threading.Lock()
 
     @property
     def fd(self) -> int:
@@ -66,9 +76,35 @@ class Handle:
         """Bytes ``[start, stop)`` (fewer where the object ends sooner)."""
         return self.opened.read_range(start, stop)
 
+    def pin(self) -> bool:
+        """Hold the handle open for a use (-> ``True``); ``False`` if it was closed already (not pinned)."""
+        with self._lock:
+            if self._closing:
+                return False
+            self._pins += 1
+            return True
+
+    def release(self) -> None:
+        """End a use begun by :meth:`pin`; the last one closes a handle that was closed meanwhile."""
+        with self._lock:
+            self._pins -= 1
+            last = self._closing and not self._pins
+        if last:
+            self._close_now()
+
     def close(self) -> None:
-        """Close the object and drop the index; the map itself goes when no array uses it any more
-        (closing it here could pull the pages from under a view still held)."""
+        """Close the object and drop the index now, or (pinned: in use by another thread) when its last use
+        ends. The map itself goes when no array uses it any more (closing it here could pull the pages from
+        under a view still held)."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            now = not self._pins
+        if now:
+            self._close_now()
+
+    def _close_now(self) -> None:
         self.opened.close()
         self.index = np.empty(0, dtype=np.uint64)
 
@@ -123,8 +159,9 @@ class OpenShards:
         self._lock = threading.RLock()  # threads of one process may read too
 
     def get(self, path: str, opener: Callable[[], Handle]) -> Handle:
-        """The handle of ``path``, opened by ``opener`` if it is not open. Its ``index`` may be kept; its
-        ``fd`` must not (another ``get`` may close it): read through :meth:`pread`."""
+        """The handle of ``path``, opened by ``opener`` if it is not open. Not pinned: another thread's ``get``
+        may close it (its descriptor, and its index with it) at once, so read it inside :meth:`use` (or
+        while :meth:`held`); an index array taken there stays valid after."""
         with self._lock:
             handle = self._open.get(path)
             if handle is not None:
@@ -148,8 +185,24 @@ class OpenShards:
             self.opened += 1
             return handle
 
+    @contextlib.contextmanager
+    def use(self, path: str, opener: Callable[[], Handle]) -> Iterator[Handle]:
+        """The handle of ``path`` (opened by ``opener`` if it is not open), pinned while the ``with`` block
+        runs: another thread's eviction takes it out of the set but closes it only when the block ends, so
+        its descriptor and index may be read there, without the set's lock (threads read at once). A handle
+        evicted while in use still holds its descriptor: the process holds at most the cap plus one per
+        thread reading at that moment."""
+        with self._lock:
+            handle = self.get(path, opener)
+            handle.pin()  # under the lock: no eviction came between get and pin
+        try:
+            yield handle
+        finally:
+            handle.release()
+
     def peek(self, path: str) -> Handle | None:
-        """The handle of ``path`` if it is open (no I/O)."""
+        """The handle of ``path`` if it is open (no I/O). Not pinned: another thread may close it at once
+        (its index then reads empty); use :meth:`use` to read it."""
         return self._open.get(path)
 
     def put(self, path: str, handle: Handle) -> Handle:
@@ -166,8 +219,8 @@ class OpenShards:
 
     def pread(self, path: str, opener: Callable[[], Handle], size: int, offset: int) -> bytes:
         """``size`` bytes of ``path`` at ``offset`` (no other thread can close the descriptor meanwhile)."""
-        with self._lock:
-            return self.get(path, opener).read_range(offset, offset + size)
+        with self.use(path, opener) as handle:
+            return handle.read_range(offset, offset + size)
 
     def held(self) -> threading.RLock:
         """The set's lock: while it is held (``with shards.held():``) no other thread of this process can
@@ -193,7 +246,7 @@ def handles() -> OpenShards:
     if found is None:
         for inherited in _PER_PROCESS.values():  # not through its lock: a thread may have held it at fork
             for handle in inherited._open.values():
-                handle.close()
+                handle._close_now()  # the parent's threads (and their pins) are not in this process
         _PER_PROCESS.clear()
         found = _PER_PROCESS[pid] = OpenShards(max_open())
     return found

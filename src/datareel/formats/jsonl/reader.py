@@ -77,8 +77,8 @@ class JsonlSource(Source):
         cache = self._cache()
         blob = self._fetched.pop((self._url, start, stop), None)  # prefetched with its micro-batch, else read now
         if blob is None:
-            with cache.held():  # no other thread closes the handle while it is read
-                blob = cache.get(self._url, self._open_file).read_range(start, stop)
+            with cache.use(self._url, self._open_file) as handle:  # no other thread closes it while it is read
+                blob = handle.read_range(start, stop)
         where = f"{self.path} sample {index} (bytes {start}-{stop})"
         if len(blob) != stop - start:  # the file no longer matches its index (checked when it was opened)
             raise DatasetChangedError(
@@ -119,7 +119,8 @@ class JsonlSource(Source):
 
     def _index(self) -> np.ndarray:
         """The line offsets, from the file's handle (read on first use in this process). uint64[count + 1]"""
-        return self._cache().get(self._url, self._open_file).index
+        with self._cache().use(self._url, self._open_file) as handle:  # not closed by another thread meanwhile
+            return handle.index
 
     def _open_file(self) -> Handle:
         opened = self._store().open(self._url)

@@ -213,13 +213,12 @@ class BlockReads:
         if not self.prefetches:
             cache = self._cache()
             got: list[tuple[tuple[int, int, int], bytes | None]] = []
-            with cache.held():  # no other thread closes the handle while it is read
-                for s, a, b in ranges:
-                    try:
-                        handle = cache.get(self._paths[s], lambda s=s: self._open_shard(s))  # type: ignore[misc]
-                        got.append(((s, a, b), handle.read_range(a, b)))
-                    except (DatasetError, OSError):
-                        got.append(((s, a, b), None))  # read() raises it
+            for s, a, b in ranges:
+                try:
+                    with cache.use(self._paths[s], lambda s=s: self._open_shard(s)) as handle:  # type: ignore[misc]
+                        got.append(((s, a, b), handle.read_range(a, b)))  # not closed by another thread meanwhile
+                except (DatasetError, OSError):
+                    got.append(((s, a, b), None))  # read() raises it
             return got
         files, node = self._store(), node_cache()
         keys = {r: (self._paths[r[0]], r[1], r[2]) for r in ranges}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -126,13 +127,16 @@ class ShardReads:
         first_use = [s for s in np.unique(shards).tolist() if cache.peek(self._paths[s]) is None]
         self._store().each(self._index, first_use)
 
-    def _handle(self, s: int) -> Handle:
-        """Shard ``s``'s handle, opened and checked on its first use in this process (:meth:`_open_shard`)."""
-        return self._cache().get(self._paths[s], lambda: self._open_shard(s))
+    def _use(self, s: int) -> AbstractContextManager[Handle]:
+        """Shard ``s``'s handle, opened and checked on its first use in this process (:meth:`_open_shard`),
+        pinned while the ``with`` block runs: another thread's eviction closes it only when the block ends."""
+        return self._cache().use(self._paths[s], lambda: self._open_shard(s))
 
     def _index(self, s: int) -> np.ndarray:
-        """Shard ``s``'s offsets (checked on first use in this process). -> uint64[count + 1]"""
-        return self._handle(s).index
+        """Shard ``s``'s offsets (checked on first use in this process), taken while its handle is pinned (the
+        array stays valid after). -> uint64[count + 1]"""
+        with self._use(s) as handle:
+            return handle.index
 
     def _range(self, s: int, local: int) -> tuple[int, int]:
         return sample_range(self._index(s), local, lambda: f"{self._paths[s]}.idx")
@@ -158,22 +162,20 @@ class ShardReads:
         self._open_first_used(shard)
         wanted = []
         for s, i in zip(shard.tolist(), local.tolist()):
-            handle = cache.peek(self._paths[s])
-            if handle is not None:
+            if cache.peek(self._paths[s]) is not None:  # none: its check failed, read() names it
                 try:
-                    wanted.append((self._paths[s], *sample_range(handle.index, i, lambda: "")))
-                except DatasetError:
+                    wanted.append((self._paths[s], *sample_range(self._index(s), i, lambda: "")))
+                except (DatasetError, OSError):
                     pass  # a damaged index entry: read() names it
         self._fetched = files.read_ranges(wanted)
 
     def _pread(self, s: int, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of shard ``s``: prefetched with its micro-batch, else read now."""
         url = self._paths[s]
-        cache = self._cache()
+        self._cache()  # first use in this process: its per-process state made
         blob = self._fetched.pop((url, start, stop), None)
         if blob is None:
-            with cache.held():  # no other thread closes the handle while it is read
-                handle = self._handle(s)
+            with self._use(s) as handle:  # no other thread closes it while it is read
                 try:
                     blob = handle.read_range(start, stop)
                 except DatasetError as exc:  # the same kind of error (a store's failure stays one), with the sample
