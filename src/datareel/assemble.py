@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import dist
 from .blend.build import build_plan
 from .blend.tree import Blend
-from .errors import check_int
+from .errors import OptionError, check_int
 from .execute.workers import WorkerOptions
 from .pipeline import build
 from .plan.blocks import BlockShuffle
@@ -78,8 +80,9 @@ def assemble(
     seed = check_int(seed, "seed", maximum=(1 << 64) - 1)
     rank, world_size = dist.rank_and_world(rank, world_size, data_parallel_group)
     layout = Layout(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, world_size=world_size)
+    shuffle = check_shuffle(shuffle)
     blocks = shuffle.resolved(layout.schedule.common_divisor(0)) if isinstance(shuffle, BlockShuffle) else None
-    recipe = Recipe(dataset, seed, True if blocks is not None else bool(shuffle), blocks)
+    recipe = Recipe(dataset, seed, True if blocks is not None else shuffle, blocks)
     workers = WorkerOptions(
         num_workers=num_workers,
         prefetch_factor=prefetch_factor,
@@ -109,3 +112,33 @@ def assemble(
     )
     run = Run.start(pipeline.reel, layout, recipe)
     return Parts(run, pipeline.maker, rank, data_parallel_group, bool(repeat), workers, plan, sources, packing)
+
+
+SHUFFLE_RULE = (
+    "Loader(shuffle=) takes True (the full shuffle), False (the reel in order) or a BlockShuffle instance (the "
+    "locality shuffle)"
+)
+
+
+def check_shuffle(shuffle: Any) -> bool | BlockShuffle:
+    """``Loader(shuffle=)`` as what the reel is made with: ``True`` / ``False`` (a numpy bool too) or a
+    :class:`~datareel.BlockShuffle` instance.  Anything else (the class itself, a string such as ``"block"``, a
+    number, ``None``) would only have been read by its truth value, as the full shuffle or none: refused,
+    naming the value and the argument that says what was meant."""
+    if isinstance(shuffle, (bool, np.bool_)):
+        return bool(shuffle)
+    if isinstance(shuffle, BlockShuffle):
+        return shuffle
+    if isinstance(shuffle, type) and issubclass(shuffle, BlockShuffle):
+        fix = f"{shuffle.__name__} is the class: pass an instance, shuffle=datareel.BlockShuffle(block=16)"
+    elif isinstance(shuffle, (int, np.integer)) and shuffle > 1:
+        fix = f"for blocks of {shuffle} samples pass shuffle=datareel.BlockShuffle(block={shuffle})"
+    elif isinstance(shuffle, (int, np.integer)) and shuffle in (0, 1):
+        fix = f"pass shuffle={bool(shuffle)}"
+    elif isinstance(shuffle, str) and shuffle.strip().lower() in ("block", "blocks", "locality", "blockshuffle"):
+        fix = "pass shuffle=datareel.BlockShuffle(block=16)"
+    elif shuffle is None:
+        fix = "pass shuffle=False to read in order, or shuffle=True for the full shuffle"
+    else:
+        fix = "pass shuffle=True, shuffle=False or shuffle=datareel.BlockShuffle(block=16)"
+    raise OptionError(f"shuffle={shuffle!r}: {SHUFFLE_RULE}; {fix}")

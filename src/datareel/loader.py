@@ -36,7 +36,11 @@ class Loader:
 
     Arguments: ``dataset`` is a :class:`~datareel.Source` or blend (any other sequence is wrapped with
     :func:`~datareel.from_sequence`); ``rank``/``world_size`` default to ``data_parallel_group``'s (or the default
-    process group's) when torch.distributed is initialised, else ``0``/``1``; ``repeat=False`` reads one pass;
+    process group's) when torch.distributed is initialised, else ``0``/``1``; ``shuffle`` is ``True`` (the full
+    shuffle), ``False`` (the reel in order; a numpy bool counts as the bool it holds) or a
+    :class:`~datareel.BlockShuffle` instance (the locality shuffle, docs/locality.md), and anything else (the class
+    ``BlockShuffle`` itself, ``"block"``, a number such as ``16`` or ``1``, ``None``) raises
+    :class:`~datareel.errors.OptionError` naming the argument meant; ``repeat=False`` reads one pass;
     ``packing`` plans packs from lengths (:class:`~datareel.Packing`); ``stage`` plans encoder outputs or online
     packs per window (:class:`~datareel.WindowedStage`, the default for a generator ``encode_sample``; or your own
     :class:`~datareel.reel.Stage`, docs/stages.md); ``on_error``
