@@ -105,7 +105,10 @@ def build(recipe: str, tmp: Path, *, world_size: int = 2, micro_batch_size: int 
         root = tmp / "wds"
         if not root.exists():
             write_wds(root)
-        ds = datareel.open_dataset(root, decode=False)
+        # the default name was the folder and split ("wds/train") when these states were written; it is now the
+        # split and a digest of the content (formats/webdataset/naming.py), so the old states restore with the
+        # documented one-line fix, name="wds/train" (test_content_names.py: refused, naming it, without)
+        ds = datareel.open_dataset(root, decode=False, name="wds/train")
         return datareel.Loader(
             ds,
             global_batch_size=4,

@@ -39,8 +39,11 @@ def open_dataset(
     ``image_decode`` picks the image type (``"torchrgb"``: float CHW tensor, as
     Energon; ``"pil"``; ``"rgb8"``: uint8 HWC numpy; ``None``: bytes);
     ``decode=False`` keeps every part as bytes; pickle parts stay bytes and ``.pth`` loads
-    tensors only unless ``decode="trusted"`` (unpickling runs code from the dataset).  ``name`` (default: directory
-    name and split) keys the shuffle and goes into checkpoints.
+    tensors only unless ``decode="trusted"`` (unpickling runs code from the dataset).
+    ``name`` keys the shuffle and goes into checkpoints. A prepared directory's default is its split
+    and a digest of its prepared content (``train@3f0c9a51d2e47b86``: shards, counts, excluded keys; see
+    :mod:`datareel.formats.webdataset.naming`), the same for every copy wherever it lives. A checkpoint
+    saved before that rule (``ds/train``: the folder and split) continues with ``name="ds/train"``.
 
     Example::
 

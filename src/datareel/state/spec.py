@@ -16,6 +16,8 @@ of :data:`~datareel.state.fields.FIELDS` (each field's type, bounds and guarante
 from __future__ import annotations
 
 import dataclasses
+import re
+import shlex
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -128,6 +130,7 @@ def mismatch(differences: list[Difference]) -> StateMismatchError:
     for name, old, new, _ in differences:
         if name == "dataset":
             lines += [f"      {line}" for line in dataset_changes(old, new)]
+            lines += [f"  {line}" for line in name_fix(old, new)]
     return StateMismatchError(
         "the state does not belong to this loader; restoring it would break datareel's "
         "exactly-once and identical-batches guarantees. Differing fields:\n"
@@ -156,3 +159,48 @@ def dataset_changes(saved: Any, current: Any) -> list[str]:
     if list(old) != list(new) and not out:
         out.append("the order of the sources changed")
     return out
+
+
+CONTENT_NAME = re.compile(r"[^/@]+@[0-9a-f]{16}")
+"""A prepared directory's default name (:mod:`datareel.formats.webdataset.naming`): ``train@<16 hex>``."""
+
+
+def name_fix(saved: Any, current: Any) -> list[str]:
+    """The one-line fix when the dataset's name (or a blend's datasets' names) differ: the name keys the
+    shuffle, so the same data opened under another name is another order; under the saved name it continues."""
+    if not (isinstance(saved, dict) and isinstance(current, dict)):
+        return []
+    old = [entry[0] for entry in saved.get("sources") or [] if isinstance(entry, list | tuple) and entry]
+    new = [entry[0] for entry in current.get("sources") or [] if isinstance(entry, list | tuple) and entry]
+    if old or new:  # a blend: its datasets by name (cut to 24 characters in the state)
+        gone = [name for name in old if name not in new and isinstance(name, str)]
+        if not gone:
+            return []
+        cut = " (names are cut to 24 characters in the state)" if any(len(n) >= 24 for n in gone) else ""
+        return [
+            f"the state's datasets {brief(gone, 200)} are not in this blend (it has {brief(new, 200)}){cut}. "
+            f"A dataset's name keys its shuffle: if they are the same data under other names, open each under "
+            f"its saved name to continue the saved order, e.g. open_dataset(..., name={brief(gone[0], 100)})"
+            + _legacy(gone, new)
+        ]
+    before, now = saved.get("name"), current.get("name")
+    if not isinstance(before, str) or before == now:
+        return []
+    return [
+        f"the dataset is named {brief(before, 100)} in the state and {brief(now, 100)} now, and the name keys "
+        f"the shuffle. If it is the same data, open it under the saved name to continue the saved order: "
+        f"open_dataset(..., name={brief(before, 100)}) (from_sequence(..., name=...) alike), or check it with "
+        f"`datareel verify ... --name {shlex.quote(before[:100])}`" + _legacy([before], [now])
+    ]
+
+
+def _legacy(saved: list[Any], now: list[Any]) -> str:
+    """A note when the state predates content names: it named a prepared directory ``<folder>/<split>``."""
+    if any(isinstance(n, str) and CONTENT_NAME.fullmatch(n) for n in now) and not any(
+        isinstance(n, str) and CONTENT_NAME.fullmatch(n) for n in saved
+    ):
+        return (
+            ". (A prepared directory's default name is now its split and a digest of its content, the same for "
+            "every copy wherever it lives; a state written before that named it by its folder, as in 'ds/train'.)"
+        )
+    return ""

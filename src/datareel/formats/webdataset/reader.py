@@ -32,6 +32,7 @@ from .blocks import BlockReads
 from .decode import PartDecoder
 from .explain import unprepared
 from .members import group
+from .naming import content_name
 from .shards import ShardReads
 from .splits import read_split
 from .tarparse import iter_members, plain_members
@@ -87,7 +88,6 @@ class WebDatasetSource(ShardReads, BlockReads, Source):
                 f"'trusted' (also unpickle pickle/pkl/pyd parts and torch.load .pth fully: only for data you trust)"
             )
         self.decoder = PartDecoder(image_decode, trusted=decode == "trusted") if decode else None
-        self.name = name if name is not None else f"{self.root.name}/{split or 'all'}"
         self.shards = self.split.shards
         base = self._base = str(self.root)
         # plain strings (~1 µs a shard at open), by the names' normal form (read_info confined them)
@@ -99,6 +99,8 @@ class WebDatasetSource(ShardReads, BlockReads, Source):
         self._etag_seen: dict[str, str] = {}  # shard url -> its ETag when opened (the node cache's keys)
         self._ahead = None  # blocks fetched ahead in this process (.ahead)
         self.counts = np.array([info[s] for s in self.shards], dtype=np.int64)  # (S,)
+        # what the split holds, not the folder's name: every copy shares one order (see .naming)
+        self.name = name if name is not None else content_name(split or "all", self.split, self.counts)
         self._etags = meta.read_etags(self.root)  # shard -> ETag when indexed (prepared in a bucket), else {}
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
         self._first: list[int] = self.starts.tolist()  # the same as ints: each record's split index
