@@ -197,3 +197,70 @@ def test_a_forked_process_makes_its_own_client_and_never_uses_an_inherited_runti
     assert single == "MscClient" and after == "ObstoreClient"
     assert second == ("ObstoreClient", False, expected)  # forked after the parent only opened: obstore
     assert third == ("MscClient", False, expected)  # forked after the parent's own bulk read: MSC
+
+
+FORKED_WARNING = """
+import logging, multiprocessing, threading
+import boto3
+from datareel.storage.remote import RemoteFiles, remote_files
+
+URLS = [f"s3://obs/shard-{i}.tar" for i in range(6)]
+for url in URLS:
+    boto3.client("s3").put_object(Bucket="obs", Key=url.rsplit("/", 1)[1], Body=bytes(range(256)) * 40)
+
+
+class Count(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.said = []
+
+    def emit(self, record):
+        if "forked from one that had read through obstore" in record.getMessage():
+            self.said.append(record.getMessage())
+
+
+def child(queue):
+    count = Count()
+    logging.getLogger("datareel").addHandler(count)
+    # every shard, from several threads of the process's backend and through other backends of the process
+    threads = [threading.Thread(target=remote_files().read_ranges, args=([(u, 0, 10)],)) for u in URLS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for url in URLS:
+        RemoteFiles().read_ranges([(url, 5, 50)])
+    queue.put(count.said)
+
+
+def forked():
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    proc = context.Process(target=child, args=(queue,))
+    proc.start()
+    try:
+        return queue.get(timeout=60)
+    finally:
+        proc.join(10)
+        proc.kill()
+
+
+remote_files().read_ranges([(URLS[0], 0, 10)])  # this process's bulk read starts obstore's runtime
+print(repr((forked(), forked())))
+"""
+
+
+@pytest.mark.workers
+def test_a_forked_process_warns_once_that_it_reads_through_msc_whatever_it_reads(server):
+    """A process forked after its parent's bulk read through obstore reads six shards, from six threads of
+    its backend and through six more backends: the fallback to multi-storage-client is said once in that
+    process (and once again in the next forked process), not once per shard or per backend."""
+    import ast
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FORKED_WARNING], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert len(first) == 1 and len(second) == 1, (first, second)
+    assert "multiprocessing_context='forkserver'" in first[0]

@@ -33,6 +33,7 @@ that runtime and read through obstore.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from datetime import timedelta
@@ -51,6 +52,8 @@ SCHEMES = ("s3", "gs", "az")
 #: stalled one ends sooner, by the read timeout (each read of the answer waits at most that long).
 REQUEST_LIMIT = timedelta(hours=1)
 
+log = logging.getLogger("datareel")
+
 
 #: The process whose obstore runtime runs (the first to send a request), or None: none has yet.
 _RUNTIME_PID: int | None = None
@@ -60,6 +63,22 @@ def runtime_here() -> bool:
     """Whether obstore can send requests in this process: it has not, or it started its runtime itself
     (not inherited through ``fork`` from a process that had; see the module doc)."""
     return _RUNTIME_PID is None or _RUNTIME_PID == os.getpid()
+
+
+_FALLBACK_SAID: dict[int, object] = {}  # pid -> token: the processes that said they read s3:// through MSC
+
+
+def say_forked_fallback(url: str) -> None:
+    """Log that this forked process reads ``url`` (and every s3:// URL) through multi-storage-client: once per
+    process, whatever the thread, shard or backend (``setdefault`` is one atomic step: one caller wins)."""
+    token = object()
+    if _FALLBACK_SAID.setdefault(os.getpid(), token) is token:
+        log.warning(
+            "%s: this process was forked from one that had read through obstore (its runtime does not survive "
+            "fork): s3:// is read through multi-storage-client here; multiprocessing_context='forkserver' "
+            "gives the loader's workers obstore",
+            url,
+        )
 
 
 def runtime_started_here() -> bool:

@@ -38,7 +38,15 @@ from .msc import _BOTOCORE_PROVIDERS as _BOTOCORE_PROVIDERS
 from .msc import MscClient, _profile_and_path, make_client
 from .msc import _status as _status
 from .object_store import ENV_CLIENT as ENV_CLIENT
-from .object_store import ObstoreClient, describe, make_store, runtime_here, runtime_started_here, s3_client
+from .object_store import (
+    ObstoreClient,
+    describe,
+    make_store,
+    runtime_here,
+    runtime_started_here,
+    s3_client,
+    say_forked_fallback,
+)
 from .objects import ObjectInfo, ObjectStat
 from .ranges import COALESCE_GAP, COALESCE_LIMIT, coalesce, concurrency, gets_of
 from .registry import scheme_of
@@ -75,7 +83,6 @@ class RemoteFiles(StoreFiles):
         self._made: dict[tuple[str, str], Client] = {}  # (scheme or "msc", bucket or profile) -> client
         self._pool: ThreadPoolExecutor | None = None
         self._budget: Budget | None = None
-        self._warned = False
 
     def budget(self) -> Budget:
         """This process's budget of GETs in flight (:func:`concurrency`), shared by its batched calls."""
@@ -137,14 +144,7 @@ class RemoteFiles(StoreFiles):
         """Whether obstore can serve ``url`` in this process (:func:`~.object_store.runtime_here`); said once if not."""
         if runtime_here():
             return True
-        if not self._warned:
-            self._warned = True
-            log.warning(
-                "%s: this process was forked from one that had read through obstore (its runtime does not survive "
-                "fork): s3:// is read through multi-storage-client here; multiprocessing_context='forkserver' "
-                "gives the loader's workers obstore",
-                url,
-            )
+        say_forked_fallback(url)
         return False
 
     def client_of(self, url: str, bulk: bool = True) -> Client:
