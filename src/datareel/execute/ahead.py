@@ -7,17 +7,25 @@ blocks only when it needs them waits for a burst of GETs each super-period.  A p
 micro-batches in order, ``stride`` positions apart (``m W`` times its share of the rank's steps: every step
 at ``num_workers=0``, every ``N``-th with ``N`` workers), so the positions it will read one super-period on are
 its current ones plus ``stride`` times the steps that span holds — a pure function of the plan, resolved here
-and handed to the reader as a hint (``WebDatasetSource.fetch_ahead``, bounded bytes).
+and handed to the reader as a hint (``WebDatasetSource.fetch_ahead``, bounded bytes).  A hint never fails a
+micro-batch: positions past :data:`POSITION_LIMIT` (or that the plan's int64 arithmetic cannot reach) give
+no hint.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..plan.nodes import ReelPlan
+
+log = logging.getLogger("datareel")
+POSITION_LIMIT = 1 << 62
+"""The furthest reel position looked ahead to: int64, with room for the plan's own sums (the options'
+bounds keep a super-period under 2^48, :data:`datareel.plan.blocks.SUPER_PERIOD_LIMIT`)."""
 
 
 @dataclass
@@ -39,8 +47,15 @@ class Lookahead:
         if last is None or last[0] != pid or first <= last[1]:
             return None
         stride = first - last[1]
-        future = positions + stride * max(1, -(-self.span // stride))  # (m,)
-        leaf, index = self.plan.resolve(future)
+        shift = stride * max(1, -(-self.span // stride))  # a Python int: exact, however far
+        if int(positions.max()) + shift > POSITION_LIMIT:  # past what a position can be: no hint, never an error
+            return None
+        future = positions + np.int64(shift)  # (m,)
+        try:
+            leaf, index = self.plan.resolve(future)
+        except ArithmeticError as exc:  # the plan's int64 math cannot reach that far: a hint only, none given
+            log.debug("no lookahead %d positions after %d: %r", shift, first, exc)
+            return None
         return leaf.astype(np.int64), index
 
     def __getstate__(self) -> dict[str, object]:

@@ -69,9 +69,13 @@ class BlockShuffle:
         check_int(self.window, "window", minimum=1, maximum=1 << 10, where="BlockShuffle")
         if self.period is not None:
             check_int(self.period, "period", minimum=1, maximum=1 << 40, where="BlockShuffle")
+            check_super_period(self.block, self.window, self.period)
 
     def resolved(self, default_period: int) -> BlockShuffle:
-        """These options with the period set (``default_period`` where none was given)."""
+        """These options with the period set (``default_period`` where none was given: the global batch size,
+        or a schedule's common divisor)."""
+        if self.period is None:
+            check_super_period(self.block, self.window, default_period, given=False)
         return BlockShuffle(self.block, self.period if self.period is not None else default_period, self.window)
 
     def to_json(self) -> dict[str, Any]:
@@ -83,6 +87,30 @@ class BlockShuffle:
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> BlockShuffle:
         return cls(int(value["block"]), int(value["period"]), int(value["window"]))
+
+
+SUPER_PERIOD_LIMIT = 1 << 48
+"""The most counters one super-period (``block × window × period``) may span: a process reading from a bucket
+fetches the blocks one super-period ahead (:mod:`datareel.execute.ahead`), and those positions must stay
+inside int64 with room to spare (2^48: 281 trillion samples, far past any dataset; a super-period longer
+than a source has no whole slot and reads it in a plain keyed order anyway)."""
+
+
+def check_super_period(block: int, window: int, period: int, *, given: bool = True) -> None:
+    """Refuse options whose super-period ``block × window × period`` passes :data:`SUPER_PERIOD_LIMIT`, naming
+    the values, the product, the limit and the largest period (and block) that would work."""
+    span = block * window * period
+    if span <= SUPER_PERIOD_LIMIT:
+        return
+    what = f"period={period}" if given else f"period=None (the global batch size here: {period})"
+    largest = SUPER_PERIOD_LIMIT // (block * window)
+    raise OptionError(
+        f"BlockShuffle(block={block}, window={window}, {what}): block × window × period = {span:,} (about "
+        f"2^{span.bit_length() - 1}) counters a super-period, more than the {SUPER_PERIOD_LIMIT:,} (2^48) the "
+        f"reader's lookahead serves; give a period of at most {largest:,} with this block and window, or a "
+        f"smaller block or window (block × window × period at most 2^48; a super-period about the size of a "
+        f"source or less is the useful range)"
+    )
 
 
 @dataclass(frozen=True)
