@@ -233,6 +233,36 @@ def test_help_and_argument_errors_import_no_torch():
     assert "datareel.cli" in imported and "torch" not in imported
 
 
+def _every_parser(parser, path=("datareel",)):
+    """``(command path, parser)`` for the top-level parser and each command's, at any depth."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _every_parser(sub, (*path, name))
+
+
+def test_every_option_and_argument_of_every_command_has_help_text():
+    """`datareel verify --help` listed --world-size, --micro-batch-size and --num-workers bare, `plot --help`
+    --global-batch-size and --seed: every argument of every command (and every command) says what it is."""
+    import argparse
+
+    missing, commands = [], 0
+    for path, parser in _every_parser(_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    commands += 1
+                    if not (choice.help or "").strip():
+                        missing.append(f"{' '.join(path)} {choice.dest} (the command)")
+            elif not (action.help or "").strip():
+                missing.append(f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}")
+    assert commands == len(COMMANDS)
+    assert missing == [], missing
+
+
 def test_the_package_still_gives_every_public_name():
     for name in datareel.__all__:
         assert getattr(datareel, name) is not None

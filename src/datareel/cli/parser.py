@@ -86,9 +86,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     _state_file_arguments(verify)
     _dataset_arguments(verify, "the job's dataset")
-    verify.add_argument("--world-size", type=int, required=True)
-    verify.add_argument("--micro-batch-size", type=int, required=True)
-    verify.add_argument("--num-workers", type=int, default=0)
+    verify.add_argument("--world-size", type=int, required=True, help="ranks of the job that resumes the state")
+    verify.add_argument(
+        "--micro-batch-size",
+        type=int,
+        required=True,
+        help="that job's micro_batch_size (times --world-size, it must divide the rest of the global batch)",
+    )
+    verify.add_argument(
+        "--num-workers", type=int, default=0, help="that job's DataLoader workers per rank (default 0; any count)"
+    )
     verify.add_argument("--show", type=int, default=2, help="global batches to list (default 2)")
     verify.add_argument("--seed", type=int, default=None, help="default: the state's")
     verify.add_argument(
@@ -138,10 +145,10 @@ def _parser() -> argparse.ArgumentParser:
         "(needs matplotlib, the [plot] extra)",
     )
     plot.add_argument("dataset", help="a prepared directory, a .jsonl file or a metadataset YAML")
-    plot.add_argument("--global-batch-size", type=int, required=True)
+    plot.add_argument("--global-batch-size", type=int, required=True, help="the job's global_batch_size")
     plot.add_argument("--steps", type=int, required=True, help="global batches to walk")
     plot.add_argument("--out", required=True, help="the PNG to write")
-    plot.add_argument("--seed", type=int, default=0)
+    plot.add_argument("--seed", type=int, default=0, help="the job's Loader seed (default 0)")
     plot.add_argument("--split", default="train", help="split of a prepared directory (default train)")
     plot.add_argument("--max-length", type=int, default=None, help="with packing: datareel.Packing(max_length=...)")
     plot.add_argument("--length", default="index", help="with packing: index (default) or bytes")
