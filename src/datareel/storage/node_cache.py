@@ -3,7 +3,8 @@ and DataLoader worker on it, so a block of a shard is fetched once per node.
 
 A block is ``(url, ETag, start, stop)`` (:class:`BlockKey`): bytes ``[start, stop)`` of the object at ``url``
 as it was when its ETag was read.  Each block is one file, named by a digest of its key and holding a
-header (the key, the payload's length and CRC-32) then the bytes.  It is written to a temporary file and
+header (the key, the payload's length and CRC-32) then the bytes (:mod:`.block_files`: the format and the
+file locks).  It is written to a temporary file and
 renamed into place, so a reader sees a whole file or none; a file whose header, size or checksum disagrees
 with the key asked for (a crash of the machine, a hand edit, a digest collision) is refused, removed and
 fetched again.  Two processes that miss the same block at once agree through a lock file (``flock``): the
@@ -20,19 +21,21 @@ cache is their node cache.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import logging
 import os
-import struct
 import tempfile
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ..errors import OptionError
+from .block_files import BlockKey, parse
+from .block_files import remove_unheld as _remove_unheld
+from .block_files import touch as _touch
+from .block_files import try_lock as _try_lock
+from .block_files import wait_lock as _wait_lock
+
+__all__ = ["BlockKey", "NodeCache", "configured", "node_cache", "parse"]
 
 log = logging.getLogger("datareel")
 ENV_DIR = "DATAREEL_NODE_CACHE"
@@ -42,44 +45,8 @@ WAIT = 30.0
 """Seconds a process waits for another fetching the same block before fetching it itself."""
 STALE = 120.0
 """Seconds after which a temporary or lock file nobody holds is a crashed process's and is removed."""
-_MAGIC = b"DRBLK1\0\0"
-_HEAD = struct.Struct("<8sQQIHH")  # magic, start, stop, crc32 of the payload, len(etag), len(url)
-
-
-@dataclass(frozen=True)
-class BlockKey:
-    """Bytes ``[start, stop)`` of the object at ``url`` whose ETag is ``etag``."""
-
-    url: str
-    etag: str
-    start: int
-    stop: int
-
-    def name(self) -> str:
-        text = f"{self.url}\0{self.etag}\0{self.start}\0{self.stop}".encode("utf-8", "surrogateescape")
-        return hashlib.blake2b(text, digest_size=16).hexdigest() + ".blk"
-
-    def header(self, payload: bytes) -> bytes:
-        etag, url = self.etag.encode("utf-8", "surrogateescape"), self.url.encode("utf-8", "surrogateescape")
-        return _HEAD.pack(_MAGIC, self.start, self.stop, zlib.crc32(payload), len(etag), len(url)) + etag + url
-
-
 Fetch = Callable[[list[BlockKey]], dict[BlockKey, bytes]]
 """Fetches blocks from the store, together: the ones it got (a failed one is left out)."""
-
-
-def parse(key: BlockKey, data: bytes) -> bytes | None:
-    """The payload of a block file's bytes if they are the whole, undamaged block ``key``; else ``None``."""
-    if len(data) < _HEAD.size:
-        return None
-    magic, start, stop, crc, etag_len, url_len = _HEAD.unpack_from(data)
-    body = _HEAD.size + etag_len + url_len
-    if magic != _MAGIC or (start, stop) != (key.start, key.stop) or len(data) != body + stop - start:
-        return None
-    if data[_HEAD.size : body] != key.header(b"")[_HEAD.size :]:  # another url or ETag (or a collision)
-        return None
-    payload = data[body:]
-    return payload if zlib.crc32(payload) == crc else None
 
 
 def _write_file(fd: int, header: bytes, payload: bytes) -> None:
@@ -257,43 +224,6 @@ class NodeCache:
             self._known = total
         finally:
             os.close(guard)
-
-
-def _touch(path: str) -> None:
-    """Mark a block used now, to the nanosecond (the kernel's own file times tick once a jiffy: ties)."""
-    now = time.time_ns()
-    with contextlib.suppress(OSError):
-        os.utime(path, ns=(now, now))
-
-
-def _remove_unheld(path: str) -> None:
-    """Remove a lock file a crashed process left (one nobody holds)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDWR)
-        try:
-            if _try_lock(fd):
-                os.unlink(path)
-        finally:
-            os.close(fd)
-
-
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _wait_lock(fd: int, deadline: float) -> bool:
-    """Take the lock, polling until ``deadline`` (a holder that dies lets go at once)."""
-    pause = 0.001
-    while not _try_lock(fd):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-    return True
 
 
 def configured() -> tuple[str | None, int]:
