@@ -15,6 +15,7 @@ from ..blend.open import open_dataset
 from ..blend.tree import Blend, Concat
 from ..errors import INT64_LIMIT, OptionError, check_int
 from ..sources.base import Source
+from .foreign import as_worker_config, user_decoder
 from .loader import EnergonLoader
 from .loader_args import LoaderOptions, check_sample_type, default_handler
 from .spec import DatasetSpec, Limit, Repeat, WorkerConfig
@@ -63,7 +64,7 @@ def _decoding(open_kwargs: dict[str, Any], task_encoder: Any, where: str) -> dic
     refused naming both."""
     from .flavors.webdataset.sample_decoder import open_options
 
-    decoder = getattr(task_encoder, "decoder", _NO_DECODER)
+    decoder = user_decoder(task_encoder, _NO_DECODER)  # megatron.energon's class default: image_decode= decides
     if decoder is _NO_DECODER:
         return open_kwargs
     out = dict(open_kwargs)
@@ -250,7 +251,8 @@ def _loader(
     dataset, options = as_spec(dataset, options, where)
     if cache_pool is not None:
         dataset = replace(dataset, cache_pool=cache_pool)
-    return EnergonLoader(dataset, config or dataset.worker_config, prefetch, agree, options)
+    config = as_worker_config(config, where) or dataset.worker_config
+    return EnergonLoader(dataset, config, prefetch, agree, options)
 
 
 def get_val_datasets(path: Any, **kwargs: Any) -> list[tuple[DatasetSpec, Any]]:

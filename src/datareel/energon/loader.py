@@ -243,7 +243,7 @@ class EnergonLoader:
         loader = self._datareel("restore_state_global")
         self._restore(
             lambda: loader.restore_state_global(
-                None if state is None else one_state(state),
+                None if state is None else one_state(state, "restore_state_global"),
                 src_rank=src_rank,
                 allow_batch_size_change=self._allow_change,
             )

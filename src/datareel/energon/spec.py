@@ -59,6 +59,11 @@ class DatasetSpec:
     drop_last: bool = False  # get_val_dataset(batch_drop_last=True): each worker drops its partial batch
     cache_pool: Any = None  # get_(savable_)loader(cache_pool=): the task encoder's ``self.cache``
 
+    def __post_init__(self) -> None:  # megatron.energon's WorkerConfig read by its fields (datareel.energon.foreign)
+        from .foreign import as_worker_config
+
+        self.worker_config = as_worker_config(self.worker_config, "worker_config")
+
     def __len__(self) -> int:
         """Energon's ``len(dataset)``: the batches (samples, unbatched) one rank's loader yields per pass,
         its workers' shares summed; a weighted blend has none (give ``virtual_epoch_length``)."""

@@ -8,6 +8,7 @@ the world grows the new ranks restored nothing; :func:`state_to_adopt` lets them
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -17,23 +18,42 @@ from .. import dist
 from ..errors import DatareelError, ForeignStateError, StateDamagedError, StateMismatchError
 from ..loader import Loader
 from ..plan.schedule import BatchSchedule
+from .foreign import refuse_energon_state
 
 log = logging.getLogger("datareel")
 
 
-def one_state(state: Any) -> Any:
-    """A datareel state from a per-rank dict or an Energon-style list of per-rank states."""
-    if isinstance(state, (list, tuple)):
-        states = [s for s in state if s is not None]
-        if not states:
-            raise StateDamagedError("restore: the global state holds no rank's state")
-        if any(s != states[0] for s in states[1:]):
-            raise ForeignStateError(
-                "restore: the global state holds different states per rank; it was not written by "
-                "datareel's save_state_global"
-            )
-        return states[0]
-    return state
+def one_state(state: Any, where: str = "restore_state_rank") -> Any:
+    """A datareel state from a per-rank dict or an Energon-style list of per-rank states.  A state saved by
+    megatron.energon's savable loader, and a list that holds anything but datareel states, are refused by
+    name (:class:`~datareel.ForeignStateError`) before anything in them is compared."""
+    refuse_energon_state(state, where)
+    if not isinstance(state, (list, tuple)):
+        return state  # the loader checks it (a dict of datareel's format, else a named refusal)
+    states = [s for s in state if s is not None]
+    if not states:
+        raise StateDamagedError(f"{where}: the global state holds no rank's state")
+    texts = [_text(s, i, where) for i, s in enumerate(state) if s is not None]
+    if any(t != texts[0] for t in texts[1:]):
+        raise ForeignStateError(
+            f"{where}: the global state holds different states per rank; it was not written by "
+            f"datareel's save_state_global"
+        )
+    return states[0]
+
+
+def _text(state: Any, i: int, where: str) -> str:
+    """Item ``i`` of a global state as JSON (a datareel state is a JSON dict), to compare the items exactly;
+    anything else is refused naming the item (comparing a tensor, say, would raise an unnamed error)."""
+    if isinstance(state, dict):
+        try:
+            return json.dumps(state, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):
+            pass
+    raise ForeignStateError(
+        f"{where}: item {i} of the global state is a {type(state).__name__} that is not a datareel loader state "
+        f"(a JSON dict, as save_state_rank returns); a global state is the list save_state_global returns"
+    )
 
 
 def state_to_adopt(restored: dict[str, Any] | None, loader: Loader) -> dict[str, Any] | None:

@@ -140,8 +140,10 @@ def bind_cookers(task_encoder: Any, cache_pool: Any = None) -> None:
     if not cookers:
         return
     from ..flavors.webdataset.sample_decoder import DEFAULT_DECODER
+    from ..foreign import as_sample_decoder, user_decoder
 
-    decoder = getattr(task_encoder, "decoder", DEFAULT_DECODER)
+    # the encoder's decoder (megatron.energon's read by its configuration), else Energon's default SampleDecoder()
+    decoder = as_sample_decoder(user_decoder(task_encoder, DEFAULT_DECODER))
     bound = []
     for c in cookers:
         fn = c.original if isinstance(c, BoundCooker) else c.cook

@@ -22,8 +22,12 @@ _ATTR = "_datareel_step_shape"  # what stamp(step_shape=) sets
 
 def stamp(encoder: Any, **values: Any) -> None:
     """Give ``encoder`` (and the one an ``AugmentTaskEncoder`` wraps) what the facade loader that runs it
-    knows: ``step_shape=(m, S)``, ``cache_pool=``; they travel to the workers with it."""
+    knows: ``step_shape=(m, S)``, ``cache_pool=``; they travel to the workers with it.  An encoder derived
+    from megatron.energon's gets the facade's properties that read them (:func:`..foreign.adopt_encoder`)."""
+    from ..foreign import adopt_encoder
+
     while encoder is not None:
+        adopt_encoder(encoder)  # megatron.energon's cache / current_*_index properties: the facade's
         try:
             for name, value in values.items():
                 setattr(encoder, f"_datareel_{name}", value)

@@ -91,15 +91,14 @@ DEFAULT_DECODER = SampleDecoder()
 
 def open_options(decoder: Any) -> dict[str, Any]:
     """What opening a dataset takes from a task encoder's ``decoder`` (datareel's readers decode parts
-    themselves): ``None`` -> raw bytes; a :class:`SampleDecoder` -> its ``image_decode``.  A decoder datareel's
-    readers cannot apply is refused by name."""
+    themselves): ``None`` -> raw bytes; a :class:`SampleDecoder` (datareel.energon's, or megatron.energon's read by
+    its ``config()``: :func:`datareel.energon.foreign.as_sample_decoder`) -> its ``image_decode``.  A decoder
+    datareel's readers cannot apply is refused by name."""
+    from ...foreign import as_sample_decoder
+
+    decoder = as_sample_decoder(decoder)
     if decoder is None:
         return {"decode": False}
-    if not isinstance(decoder, SampleDecoder):
-        raise OptionError(
-            f"task_encoder.decoder={decoder!r}: datareel decodes parts with a SampleDecoder (or None for raw "
-            f"bytes); decode in a cooker or encode_sample instead"
-        )
     config = decoder.config()
     if config["guess_content"]:
         raise OptionError(
