@@ -17,7 +17,7 @@ On Energon, as written (one topology; ``--global-batch-size`` is not Energon's):
 
     .venv/bin/torchrun --nproc-per-node=2 examples/energon_vlm_client.py DATASET OUT --steps 6 [--pack]
 
-Switch its two Megatron-Energon imports to ``datareel.energon`` and it resumes on another number of ranks. The
+Switch its Megatron-Energon imports to ``datareel.energon`` and it resumes on another number of ranks. The
 global batch size (datareel's one addition) is part of the checkpoint: give the same one to the run that saves
 and to every run that resumes (a different one is refused, naming the saved and the new size):
 
@@ -29,6 +29,10 @@ and to every run that resumes (a different one is refused, naming the saved and 
 The second run continues at global batch 3 with the global batches the first run's steps 3, 4, 5 had (its
 ranks 2 and 3 find no state file and take theirs from the saved global position). Give ``--pack`` to both or
 to neither.
+
+Switching only the first import (the loader functions) is Megatron-LM's own pattern: its task encoder,
+samples, batches, ``WorkerConfig``, ``FileStoreCachePool`` and ``stateless`` stay Megatron-Energon's, and
+datareel reads them by their fields and configuration (the same batches as with every import switched).
 
 Patterns (Megatron-LM's newer ``dataloader_provider.py``): ``FileStoreCachePool`` and ``SourceInfo`` imported
 at module top, a ``WorkerConfig`` built from the data-parallel group with ``seed_offset`` and a
@@ -56,20 +60,24 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from megatron.energon import (
-    Batch,
-    CaptioningSample,
-    DefaultTaskEncoder,
-    FileStoreCachePool,
+from megatron.energon import (  # the loader functions (Megatron-LM's dataloader provider)
     LimitDataset,
     RepeatDataset,
-    Sample,
-    SourceInfo,
-    WorkerConfig,
     get_loader,
     get_savable_loader,
     get_train_dataset,
     get_val_datasets,
+)
+
+# isort: split
+from megatron.energon import (  # the types (Megatron-LM's task encoder and provider import these)
+    Batch,
+    CaptioningSample,
+    DefaultTaskEncoder,
+    FileStoreCachePool,
+    Sample,
+    SourceInfo,
+    WorkerConfig,
 )
 from megatron.energon.task_encoder.base import stateless
 from PIL import Image

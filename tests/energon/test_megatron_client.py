@@ -62,9 +62,21 @@ def ours(tmp_path_factory):
     original = SCRIPT.read_text()
     changed = original.replace("megatron.energon", "datareel.energon")
     differ = [b for a, b in zip(original.splitlines(), changed.splitlines()) if a != b]
-    assert len(differ) == 2 and all(line.startswith("from datareel.energon") for line in differ), differ
+    assert len(differ) == 3 and all(line.startswith("from datareel.energon") for line in differ), differ
     path = tmp_path_factory.mktemp("client") / "client.py"
     path.write_text(changed)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """Megatron-LM's pattern: only the loader functions' import switched; the task encoder, samples, batches,
+    WorkerConfig, FileStoreCachePool, SourceInfo and stateless stay megatron.energon's."""
+    original = SCRIPT.read_text()
+    line = "from megatron.energon import (  # the loader functions"
+    assert original.count(line) == 1
+    path = tmp_path_factory.mktemp("mixed") / "client.py"
+    path.write_text(original.replace(line, line.replace("megatron.energon", "datareel.energon")))
     return path
 
 
@@ -138,3 +150,25 @@ def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(
         expected = [[(k, r["tokens"], r["imgs"]) for r in b for k in r["keys"]] for b in reference[3:]]
         assert [[k for k, *_ in b] for b in flat] == [[k for k, *_ in b] for b in expected], f"keys on {world} ranks"
         assert flat == expected, f"augmentation differs on {world} ranks"
+
+
+def test_megatron_types_with_datareel_loaders_resume_elastically(captions, ours, mixed, tmp_path):
+    """Every type megatron.energon's (only the loader functions from datareel.energon): the same global batches,
+    sample by sample, as with every import switched; saved per rank at N=2 and at N=0 on 2 ranks, it resumes on
+    1 rank (N=0) and on 4 ranks (N=2) with the uninterrupted run's global batches."""
+    train = datareel.open_dataset(captions, split="train")
+    damaged = train.key(7)
+    flags = ["--global-batch-size", str(G), "--fail-key", damaged, "--steps", "6", "--save-at", "3"]
+    stdout = torchrun(mixed, 2, captions, tmp_path / "mixed", "--workers", "2", *flags)
+    reference = global_batches(tmp_path / "mixed", 2)
+    assert re.search(rf"sample {damaged} failed: .*\(read from \S+:shard-\d\.tar#\d+\)", stdout), stdout[-2000:]
+    torchrun(ours, 2, captions, tmp_path / "ours", "--workers", "0", *flags)
+    assert global_batches(tmp_path / "ours", 2) == reference  # the facade's own types: the same batches
+    keys = [k for b in reference for r in b for k in r["keys"]]
+    assert set(keys) == {train.key(i) for i in range(len(train))} - {damaged}  # 1.2 epochs: all but the damaged
+    for world, workers, saved in ((1, "0", "mixed"), (4, "2", "ours")):
+        out = tmp_path / f"w{world}"
+        shutil.copytree(tmp_path / saved / "state", out / "state")  # rank files 0 and 1: ranks 2, 3 adopt
+        args = ["--global-batch-size", str(G), "--fail-key", damaged, "--steps", "3", "--load", "--workers", workers]
+        torchrun(mixed, world, captions, out, *args)
+        assert global_batches(out, world) == reference[3:], f"resumed on {world} ranks from the {saved} run's state"
