@@ -99,3 +99,34 @@ def test_two_sources_of_one_name_keep_their_own_epochs():
     loader = datareel.Loader(datareel.mix([(small, 1), (large, 1)]), global_batch_size=4, micro_batch_size=4, seed=1)
     shares = stream_shares(loader, 20, False)  # 40 samples each: 5 new epochs of the small one, none of the large
     assert len(shares["epoch_starts"][0]) == 5 and shares["epoch_starts"][1] == []
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl", "a-dataset-whose-name-is-long/" * 6 + "train"])
+@pytest.mark.parametrize("kind", ["one source", "blend", "blend, packed"])
+def test_every_text_of_the_figure_lies_inside_it(kind, name, tmp_path):
+    """The subtitle of `plot.png` ran past the figure's right edge: each title (wrapped at words) and every
+    other text lies inside the figure, for one source and a blend, with a short name and a long one."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from datareel.cli.plot import figure
+
+    if kind == "one source":
+        loader = datareel.Loader(datareel.from_sequence(list(range(30))), global_batch_size=6, micro_batch_size=6)
+    else:
+        packed = dict(packing=Packing(max_length=12, length=lengths, window=6), task_encoder=Packs())
+        loader = datareel.Loader(mixed(), global_batch_size=4, micro_batch_size=4, seed=4,
+                                 **(packed if kind.endswith("packed") else {}))  # fmt: skip
+    fig = figure(stream_shares(loader, 12, False), name)
+    try:
+        fig.canvas.draw()  # as savefig draws it
+        renderer = fig.canvas.get_renderer()
+        title = fig.axes[0].title
+        assert name[:20] in title.get_text() and "\n" in title.get_text()
+        box = title.get_window_extent(renderer)  # the title and its subtitle, in pixels
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, (title.get_text(), box)
+        drawn = fig.get_tightbbox(renderer)  # everything drawn (ticks, labels, legends), in inches
+        inside = fig.bbox_inches
+        assert inside.x0 <= drawn.x0 and drawn.x1 <= inside.x1 and inside.y0 <= drawn.y0 and drawn.y1 <= inside.y1
+    finally:
+        plt.close(fig)

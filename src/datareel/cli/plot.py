@@ -12,6 +12,7 @@ whole global batches): no sample is read, except lengths for packing. matplotlib
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,16 @@ def stream_shares(loader: Loader, steps: int, progress: bool = True) -> dict[str
 
 def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
     """The figure of :func:`stream_shares`'s numbers, as a PNG at ``out``."""
+    fig = figure(shares, title)
+    fig.savefig(out, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return out
+
+
+def figure(shares: dict[str, Any], title: str) -> Any:
+    """The figure :func:`draw` saves (a matplotlib ``Figure``, laid out, every text inside it)."""
     try:
         import matplotlib
     except ImportError:
@@ -87,7 +98,7 @@ def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     if len(shares["sources"]) == 1:
-        return _draw_one(plt, shares, out, title)
+        return _figure_one(plt, shares, title)
     counts, target = shares["counts"], shares["target"]
     batches = np.arange(1, len(counts) + 1)
     cumulative = np.cumsum(counts, axis=0) / np.maximum(np.cumsum(counts.sum(axis=1)), 1)[:, None]  # (b, n)
@@ -108,7 +119,6 @@ def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
         axes[1, 0].plot(batches[window - 1 :], per_window[:, s], color=color)
         axes[1, 0].axhline(target[s], color=color, linestyle="--", linewidth=0.8)
     axes[0, 0].set_ylabel("share, cumulative")
-    axes[0, 0].set_title(f"{title}\nshare of each source (dashed: its target; dotted: it begins a new epoch)")
     axes[0, 0].legend(loc="upper right", fontsize="small", ncol=min(4, len(shares["sources"])))
     axes[1, 0].set_ylabel("share per batch" if window == 1 else f"share per {window} batches")
     if shares["fill"] is not None:
@@ -116,10 +126,22 @@ def draw(shares: dict[str, Any], out: Path, title: str) -> Path:
         axes[2, 0].set_ylabel("pack fill")
         axes[2, 0].set_ylim(0, 1.05)
     axes[-1, 0].set_xlabel("global batch")
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _titled(fig, axes[0, 0], title, "share of each source (dashed: its target; dotted: it begins a new epoch)")
+
+
+def _titled(fig: Any, ax: Any, title: str, subtitle: str) -> Any:
+    """``title`` and ``subtitle`` over ``ax``, each wrapped at words until the whole title lies inside the
+    figure, and the figure laid out. -> ``fig``"""
+    text = ax.set_title("")
+    width = max(len(title), len(subtitle))  # characters per line, narrowed until it fits
+    while True:
+        lines = [*textwrap.wrap(title, width), *textwrap.wrap(subtitle, width)]
+        text.set_text("\n".join(lines))
+        fig.tight_layout()
+        box = text.get_window_extent(fig.canvas.get_renderer())
+        if (box.x0 >= fig.bbox.x0 and box.x1 <= fig.bbox.x1) or width <= 20:
+            return fig
+        width = max(20, int(width * min(0.95, fig.bbox.width / box.width)))
 
 
 def panels(shares: dict[str, Any]) -> list[str]:
@@ -160,7 +182,7 @@ def summary(shares: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _draw_one(plt: Any, shares: dict[str, Any], out: Path, title: str) -> Path:
+def _figure_one(plt: Any, shares: dict[str, Any], title: str) -> Any:
     """One source: the epochs read (each new epoch dotted) and, with packing, samples per batch and pack fill."""
     names = panels(shares)
     counts = shares["counts"][:, 0]  # (b,)
@@ -172,10 +194,6 @@ def _draw_one(plt: Any, shares: dict[str, Any], out: Path, title: str) -> Path:
     for b in starts if len(starts) <= EPOCH_LINES else []:  # more would hide the curve: the legend counts them
         top.axvline(b + 1, color="C0", linestyle=":", linewidth=0.8)
     top.set_ylabel(f"epochs read (of {size:,})")
-    top.set_title(
-        f"{title}\none source: its share of every global batch is 1 (shares need a blend); "
-        "passes over it (dotted: a new epoch begins)"
-    )
     top.legend(loc="upper left", fontsize="small")
     if shares["fill"] is not None:
         axes[1, 0].plot(batches, counts, color="C1")
@@ -184,7 +202,8 @@ def _draw_one(plt: Any, shares: dict[str, Any], out: Path, title: str) -> Path:
         axes[2, 0].set_ylabel("pack fill")
         axes[2, 0].set_ylim(0, 1.05)
     axes[-1, 0].set_xlabel("global batch")
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    subtitle = (
+        "one source: its share of every global batch is 1 (shares need a blend); passes over it (dotted: a new "
+        "epoch begins)"
+    )
+    return _titled(fig, top, title, subtitle)
