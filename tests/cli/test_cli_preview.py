@@ -87,3 +87,26 @@ def test_typed_samples_and_jsonl(tmp_path, capsys):
     capsys.readouterr()
     code, out, _ = run(capsys, lines, "--index", 1)
     assert code == 0 and "second" in out
+
+
+@pytest.mark.parametrize("decode", [False, True])
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_the_images_written_are_counted_without_their_contact_sheet(shards, tmp_path, capsys, decode, count):
+    """`preview --out` said "wrote 6 image file(s)" for 5 images: the contact sheet is named as such, not
+    counted as an image, in the text and in the JSON (raw bytes or decoded; one image has no sheet)."""
+    out_dir = tmp_path / "images"
+    flags = ["--decode"] if decode else []
+    code, out, _ = run(capsys, shards, *flags, "--count", count, "--out", out_dir)
+    (line,) = [line for line in out.splitlines() if line.startswith("wrote ")]
+    images = [out_dir / f"{i:06d}-png.png" for i in range(count)]
+    listed = ", ".join(map(str, images[:4])) + (", ..." if count > 4 else "")
+    sheet = f" and their contact sheet {out_dir / 'contact.png'}" if count > 1 else ""
+    assert code == 0 and line == f"wrote {count} image{'s' if count > 1 else ''} ({listed}){sheet}"
+    code, out, _ = run(capsys, shards, *flags, "--count", count, "--out", out_dir, "--json")
+    printed = json.loads(out)
+    assert printed["images"] == [str(p) for p in images]
+    assert printed["contact_sheet"] == (str(out_dir / "contact.png") if count > 1 else None)
+    assert printed["written"] == printed["images"] + ([printed["contact_sheet"]] if count > 1 else [])
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(
+        [p.name for p in images] + (["contact.png"] if count > 1 else [])
+    )

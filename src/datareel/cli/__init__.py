@@ -232,12 +232,14 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         source = open_for_preview(args.dataset, split=args.split, decode=args.decode, image_decode=args.image_decode)
         chosen = pick(source, args.index, args.key, args.count, progress=not args.quiet)
         out = Path(args.out) if args.out else None
-        shown, written = preview(source, chosen, out)
-        note = nothing_written(out, decoded=args.decode) if out is not None and not written else None
+        shown, images, sheet = preview(source, chosen, out)
+        note = nothing_written(out, decoded=args.decode) if out is not None and not images else None
         if args.json:
-            say(json.dumps({"samples": shown, "written": [str(p) for p in written], "note": note}, indent=2))
+            files = {"images": [str(p) for p in images], "contact_sheet": None if sheet is None else str(sheet)}
+            written = [*files["images"], *([files["contact_sheet"]] if sheet else [])]  # every file, sheet last
+            say(json.dumps({"samples": shown, **files, "written": written, "note": note}, indent=2))
         else:
-            say(format_preview(source.name, shown, written) + (f"\n{note}" if note else ""))
+            say(format_preview(source.name, shown, images, sheet) + (f"\n{note}" if note else ""))
         return 0
     if args.command == "plot":
         from ..blend import open_dataset

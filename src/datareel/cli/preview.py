@@ -149,10 +149,12 @@ def nothing_written(out: Path, *, decoded: bool) -> str:
     )
 
 
-def preview(source: Any, indices: list[int], out: Path | None) -> tuple[list[dict[str, Any]], list[Path]]:
-    """Each sample's fields (``{"index", "key", "fields": [[name, type, summary], ...]}``) and the image files
-    written under ``out`` (the contact sheet last)."""
-    shown, written, thumbs = [], [], []
+def preview(source: Any, indices: list[int], out: Path | None) -> tuple[list[dict[str, Any]], list[Path], Path | None]:
+    """Each sample's fields (``{"index", "key", "fields": [[name, type, summary], ...]}``), the image files
+    written under ``out`` and the contact sheet of them (``None``: one image or none)."""
+    shown: list[dict[str, Any]] = []
+    written: list[Path] = []
+    thumbs = []
     for i in indices:
         sample = read_as_loaded(source, i)
         fields = _fields(sample)
@@ -168,9 +170,8 @@ def preview(source: Any, indices: list[int], out: Path | None) -> tuple[list[dic
                 written.append(path)
                 thumbs.append((key, image))
         shown.append({"index": i, "key": key, "fields": rows})
-    if out is not None and len(thumbs) > 1:
-        written.append(contact_sheet(thumbs, out / "contact.png"))
-    return shown, written
+    sheet = contact_sheet(thumbs, out / "contact.png") if out is not None and len(thumbs) > 1 else None
+    return shown, written, sheet
 
 
 def _fields(sample: Any) -> list[tuple[str, Any]]:
@@ -204,7 +205,10 @@ def contact_sheet(images: list[tuple[str, Any]], path: Path) -> Path:
     return path
 
 
-def format_preview(source_name: str, shown: list[dict[str, Any]], written: list[Path]) -> str:
+def format_preview(
+    source_name: str, shown: list[dict[str, Any]], written: list[Path], sheet: Path | None = None
+) -> str:
+    """The text answer: each sample's fields, then the images written (counted without their contact sheet)."""
     lines = []
     for sample in shown:
         lines.append(f"sample {sample['index']:,} (key {sample['key']!r}) of {source_name}:")
@@ -212,6 +216,7 @@ def format_preview(source_name: str, shown: list[dict[str, Any]], written: list[
         for name, kind, summary in sample["fields"]:
             lines.append(f"  {name:<{width}}  {kind:<10} {summary}")
     if written:
-        lines.append(f"wrote {len(written)} image file(s): {', '.join(str(p) for p in written[:4])}"
-                     + (", ..." if len(written) > 4 else ""))  # fmt: skip
+        listed = ", ".join(str(p) for p in written[:4]) + (", ..." if len(written) > 4 else "")
+        images = f"{len(written)} image{'s' if len(written) != 1 else ''}"
+        lines.append(f"wrote {images} ({listed})" + (f" and their contact sheet {sheet}" if sheet else ""))
     return "\n".join(lines)
