@@ -25,6 +25,7 @@ from .execute.workers import check_picklable
 from .plan.locality import block_span, read_blocks
 from .plan.nodes import ReelPlan
 from .reel import Packing, Reel, Stage, StageContext, WindowedStage, WindowPlanner, check_options, make_reel
+from .settings import check_environment
 from .sources.base import Source
 
 
@@ -53,8 +54,10 @@ def build(
     multiprocessing_context: Any,
     map_threads: int = 0,
 ) -> Pipeline:
-    """The reel and batch maker for these options (refusing options that do not go together), checked to
-    pickle when they will be sent to other processes."""
+    """The reel and batch maker for these options (refusing options that do not go together, and a bad
+    ``DATAREEL_*`` environment variable: :mod:`datareel.settings`), checked to pickle when they will be sent
+    to other processes."""
+    check_environment()  # read up front: the places that use them are hints, which must not fail a batch
     check_options(packing, stage)
     encoder = ResolvedEncoder(task_encoder, packing=packing, online=isinstance(stage, WindowedStage) and stage.pack)
     if encoder.windowed and not isinstance(stage, WindowedStage):  # a generator: its outputs are planned per window

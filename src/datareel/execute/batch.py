@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import BatchError, DatasetChangedError, StorageError, is_skip, sample_failure
+from ..errors import BatchError, DatasetChangedError, OptionError, StorageError, is_skip, sample_failure
 from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
@@ -208,6 +208,8 @@ class BatchMaker(Dataset):
                         source.prefetch(mine)
                     read = source.read_many(mine)
             except Exception as exc:  # a user's source, say: the reads will tell
+                if isinstance(exc, OptionError):  # configuration is never a hint's to swallow (datareel.settings)
+                    raise
                 log.debug("prefetch of source %s failed: %r", self.names[source_id], exc)
                 continue
             for index, sample in zip(mine.tolist(), read):

@@ -35,7 +35,7 @@ from .block_files import touch as _touch
 from .block_files import try_lock as _try_lock
 from .block_files import wait_lock as _wait_lock
 
-__all__ = ["BlockKey", "NodeCache", "configured", "node_cache", "parse"]
+__all__ = ["BlockKey", "NodeCache", "check_directory", "configured", "directory", "limit", "node_cache", "parse"]
 
 log = logging.getLogger("datareel")
 ENV_DIR = "DATAREEL_NODE_CACHE"
@@ -228,19 +228,46 @@ class NodeCache:
 
 def configured() -> tuple[str | None, int]:
     """``(directory or None when off, limit in bytes)`` from the environment (checked)."""
-    limit_text = os.environ.get(ENV_BYTES)
-    limit = DEFAULT_BYTES
-    if limit_text is not None:
-        if not limit_text.strip().isdigit() or int(limit_text) < 1:
-            raise OptionError(
-                f"{ENV_BYTES}={limit_text!r} must be a whole number of bytes >= 1 (the node-local block cache's "
-                f"limit; default {DEFAULT_BYTES}), or set {ENV_DIR}=off to turn the cache off"
-            )
-        limit = int(limit_text)
+    return directory(), limit()
+
+
+def limit() -> int:
+    """``DATAREEL_NODE_CACHE_BYTES`` checked (the default where unset)."""
+    text = os.environ.get(ENV_BYTES)
+    if text is None:
+        return DEFAULT_BYTES
+    if not text.strip().isdigit() or int(text) < 1:
+        raise OptionError(
+            f"{ENV_BYTES}={text!r} must be a whole number of bytes >= 1 (the node-local block cache's "
+            f"limit; default {DEFAULT_BYTES}), or set {ENV_DIR}=off to turn the cache off"
+        )
+    return int(text)
+
+
+def directory() -> str | None:
+    """The directory ``DATAREEL_NODE_CACHE`` names (the default where unset or empty), or ``None`` for ``off``."""
     where = os.environ.get(ENV_DIR)
     if where is not None and where.strip().lower() == "off":
-        return None, limit
-    return where or os.path.join(tempfile.gettempdir(), f"datareel-blocks-{os.getuid()}"), limit
+        return None
+    return where or os.path.join(tempfile.gettempdir(), f"datareel-blocks-{os.getuid()}")
+
+
+def check_directory() -> None:
+    """A directory named in ``DATAREEL_NODE_CACHE`` checked without making anything: a directory this user may
+    write in, or one that can be made in such a directory (the default one is checked when first used, and
+    skipped with a warning if unusable)."""
+    root = directory()
+    if root is None or not os.environ.get(ENV_DIR):
+        return
+    found = os.path.abspath(root)
+    while not os.path.exists(found) and os.path.dirname(found) != found:
+        found = os.path.dirname(found)
+    if not os.path.isdir(found) or not os.access(found, os.W_OK | os.X_OK):
+        what = "is not a directory" if not os.path.isdir(found) else "is a directory this user cannot write in"
+        raise OptionError(
+            f"{ENV_DIR}={os.environ[ENV_DIR]!r}: {found} {what}, so the node-local block cache cannot be kept "
+            f"there; name a directory this user may write in (it is made if missing), or {ENV_DIR}=off"
+        )
 
 
 def _open_dir(root: str, chosen: bool) -> NodeCache | None:
@@ -254,7 +281,7 @@ def _open_dir(root: str, chosen: bool) -> NodeCache | None:
                 log.warning("node cache: %s belongs to another user; not used (set %s to a directory)", root, ENV_DIR)
                 return None
             os.chmod(root, 0o700)
-        return NodeCache(root, configured()[1])
+        return NodeCache(root, limit())
     except OSError as exc:
         log.warning("node cache: %s cannot be used (%s); blocks are fetched without it", root, exc)
         return None

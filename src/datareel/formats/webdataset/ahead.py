@@ -10,12 +10,14 @@ it does not find).  A block fetched ahead and never read goes first when room is
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ...errors import OptionError
+from ...storage.hints import hint_failure
 
 ENV_AHEAD_BYTES = "DATAREEL_LOOKAHEAD_BYTES"
 AHEAD_BYTES = 64 << 20
@@ -33,6 +35,11 @@ def ahead_limit(text: str | None) -> int:
             f"of the micro-batch it makes; default {AHEAD_BYTES}; 0 turns lookahead off)"
         )
     return int(text)
+
+
+def configured_limit() -> int:
+    """``DATAREEL_LOOKAHEAD_BYTES`` from the environment, checked."""
+    return ahead_limit(os.environ.get(ENV_AHEAD_BYTES))
 
 
 class Ahead:
@@ -80,8 +87,10 @@ class Ahead:
             self.bytes -= found[2] - found[1]
         try:
             blob = future.result().get(found)
-        except Exception:
-            return None  # the read fetches it again and reports what is wrong
+        except Exception as exc:
+            if not hint_failure(exc):  # a configuration or programming error is never a hint's to swallow
+                raise
+            return None  # the store's or the machine's failure: the read fetches it again and reports it
         if blob is None:
             return None
         return blob if found == wanted else blob[wanted[1] - found[1] : wanted[2] - found[1]]

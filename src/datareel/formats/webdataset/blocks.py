@@ -15,7 +15,6 @@ left to ``read()``, which reads it alone and raises what is wrong under the erro
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +24,9 @@ from ...errors import DatasetError
 from ...sources.index_files import sample_range
 from ...storage import Files, HandleCache
 from ...storage.handles import Handle
+from ...storage.hints import hint_failure
 from ...storage.node_cache import BlockKey, node_cache
-from .ahead import Ahead, ahead_limit
+from .ahead import Ahead, configured_limit
 from .kept import Raw, SampleCache, sample_cache
 from .members import group
 from .tarparse import iter_members, plain_members
@@ -136,18 +136,24 @@ class BlockReads:
     def fetch_ahead(self, indices: np.ndarray, k: int) -> None:
         """In a bucket: start fetching the blocks of samples ``indices`` (int64[n], of micro-batches made
         later) in the background, at most ``DATAREEL_LOOKAHEAD_BYTES`` of them fetched or held ahead
-        (:mod:`.ahead`); the read that needs one takes it. Locally nothing (the kernel reads ahead). A hint:
-        never raises."""
+        (:mod:`.ahead`); the read that needs one takes it. Locally nothing (the kernel reads ahead). A hint: a
+        failure of the store, the machine or the data is left to the read; a configuration or programming
+        error is raised (:mod:`datareel.storage.hints`)."""
         if not self.prefetches:
             return
         try:
             wanted = np.unique(np.asarray(indices, dtype=np.int64))
             shard, _ = self.locate_many(wanted)
-            self._open_first_used(shard)  # first: a first use in this process resets its per-process state
-            if self._ahead is None:
-                self._ahead = Ahead(ahead_limit(os.environ.get("DATAREEL_LOOKAHEAD_BYTES")))
+        except (IndexError, ValueError):
+            return  # not samples of this split: nothing to fetch
+        self._open_first_used(shard)  # first: a first use in this process resets its per-process state
+        if self._ahead is None:  # DATAREEL_LOOKAHEAD_BYTES: checked when the Loader was made (datareel.settings)
+            self._ahead = Ahead(configured_limit())
+        try:
             _, spans = self._spans(wanted, k, sample_cache())
-        except Exception:
+        except Exception as exc:
+            if not hint_failure(exc):  # a configuration or programming error is never a hint's to swallow
+                raise
             return
         by_range = {(self._paths[x.shard], x.start, x.stop): (x.shard, x.start, x.stop) for x in spans}
 
@@ -176,7 +182,9 @@ class BlockReads:
             ms, ml = self.locate_many(members)
             try:
                 idx = self._index(s)  # opened and checked on first use
-            except Exception:
+            except Exception as exc:
+                if not hint_failure(exc):
+                    raise
                 continue  # read() raises it, under the error policy
             rows = []
             for j, i in zip(members[ms == s].tolist(), ml[ms == s].tolist()):
@@ -241,8 +249,10 @@ class BlockReads:
                     return {b: got[tagged[b]] for b in blocks if tagged[b] in got}
 
                 fetched.update({tagged[b]: blob for b, blob in node.fetch(list(tagged), from_store).items()})
-        except Exception:
-            pass  # a hint only: what is missing is read sample by sample, which reports the failure
+        except Exception as exc:
+            if not hint_failure(exc):  # a configuration or programming error is never a hint's to swallow
+                raise
+            # the store's or the machine's failure: what is missing is read sample by sample, which reports it
         return [(r, fetched.get(url)) for r, url in keys.items()]
 
     def _parse(self, span: Span, blob: bytes, raws: dict[int, tuple[int, int, Raw]], kept: SampleCache) -> None:

@@ -69,17 +69,25 @@ class SampleCache:
 _PER_PROCESS: dict[int, SampleCache] = {}
 
 
+def cache_limit() -> int:
+    """``DATAREEL_BLOCK_CACHE_BYTES`` checked (the default where unset)."""
+    text = os.environ.get(ENV_CACHE_BYTES)
+    if text is None:
+        return CACHE_BYTES
+    if not text.strip().isdigit():
+        raise OptionError(
+            f"{ENV_CACHE_BYTES}={text!r} must be a whole number of bytes (raw samples each process keeps "
+            f"from the blocks it read; default {CACHE_BYTES}; 0 keeps none)"
+        )
+    return int(text)
+
+
 def sample_cache() -> SampleCache:
     """This process's cache (a forked child starts empty), sized by ``DATAREEL_BLOCK_CACHE_BYTES``."""
     pid = os.getpid()
     found = _PER_PROCESS.get(pid)
     if found is None:
-        text = os.environ.get(ENV_CACHE_BYTES)
-        if text is not None and not text.strip().isdigit():
-            raise OptionError(
-                f"{ENV_CACHE_BYTES}={text!r} must be a whole number of bytes (raw samples each process keeps "
-                f"from the blocks it read; default {CACHE_BYTES}; 0 keeps none)"
-            )
+        limit = cache_limit()
         _PER_PROCESS.clear()
-        found = _PER_PROCESS[pid] = SampleCache(CACHE_BYTES if text is None else int(text))
+        found = _PER_PROCESS[pid] = SampleCache(limit)
     return found
