@@ -106,8 +106,12 @@ def test_threads_evicting_each_others_handles_give_the_unthreaded_batches(
     assert handles.handles().opened > SHARDS  # shards were evicted and opened again, many times
 
 
-def test_a_jsonl_file_evicted_by_a_thread_is_read_whole(tmp_path, few_open):
+@pytest.mark.parametrize("shuffle", ["full", "block"])
+def test_a_jsonl_file_evicted_by_a_thread_is_read_whole(tmp_path, few_open, shuffle):
+    """JSONL lines are read by the threads under either shuffle (the block shuffle's block reads are
+    WebDataset's), each file's index taken from its handle."""
     few_open(1)
+    order = datareel.BlockShuffle(block=2) if shuffle == "block" else True
     paths = []
     for f in range(6):
         path = tmp_path / f"d{f}.jsonl"
@@ -117,7 +121,9 @@ def test_a_jsonl_file_evicted_by_a_thread_is_read_whole(tmp_path, few_open):
     data = datareel.mix([(datareel.open_dataset(p), 1) for p in paths])
 
     def run(threads):
-        loader = datareel.Loader(data, global_batch_size=12, micro_batch_size=12, seed=1, map_threads=threads)
+        loader = datareel.Loader(
+            data, global_batch_size=12, micro_batch_size=12, seed=1, map_threads=threads, shuffle=order
+        )
         it = iter(loader)
         got = [next(it) for _ in range(8)]
         loader.close()
