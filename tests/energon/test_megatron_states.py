@@ -96,7 +96,7 @@ def test_a_megatron_energon_state_is_refused_by_name(root: Path, workers: int) -
             with pytest.raises(datareel.ForeignStateError) as caught:
                 restore()
             message = str(caught.value)
-            assert "megatron.energon's savable loader" in message, (what, call, message)
+            assert "written by Megatron-Energon's own savable loader" in message, (what, call, message)
             assert "cannot continue" in message and "issue 38" in message, (what, call, message)
             assert "Start the datareel.energon loader fresh" in message, (what, call, message)
             assert "keep this job on megatron.energon" in message, (what, call, message)

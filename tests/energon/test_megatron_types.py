@@ -316,6 +316,41 @@ def _check_worker_config(root: Path, tmp: Path) -> None:
     assert _run([loader], 1) == _run([ours], 1)
 
 
+def _check_sample_type(root: Path, tmp: Path) -> None:
+    """``sample_type=`` given megatron.energon's classes: checked by name, as for the facade's."""
+    config = me.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    den.get_train_dataset(root / "ds1", batch_size=B, worker_config=config, sample_type=me.CrudeSample)
+    with pytest.raises(datareel.OptionError, match="sample_type=TextSample does not match"):
+        den.get_train_dataset(root / "ds1", batch_size=B, worker_config=config, sample_type=me.TextSample)
+    records = datareel.from_sequence([{"__key__": f"k{i}", "x": i} for i in range(4)])
+    den.get_train_dataset(records, batch_size=B, worker_config=config, sample_type=me.Sample)
+
+
+def _check_facade_batching(root: Path, tmp: Path) -> None:
+    """megatron.energon's sample dataclasses batched by the facade's DefaultTaskEncoder as its own are."""
+
+    def batches(sample_class):
+        class Typed(den.DefaultTaskEncoder):
+            def encode_sample(self, sample):
+                return sample_class(__key__=sample["__key__"], __restore_key__=(), __subflavors__={"a": 1}, text="t")
+
+        config = me.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        dataset = den.get_train_dataset(root / "ds2", batch_size=B, worker_config=config, task_encoder=Typed())
+        return _first_batch(den.get_savable_loader(dataset))
+
+    theirs, ours = batches(me.TextSample), batches(den.TextSample)
+    assert theirs.__subflavors__ == ours.__subflavors__ == [{"a": 1}] * B
+    assert (theirs.__key__, theirs.text) == (ours.__key__, ours.text)
+
+
+def _check_epath(root: Path, tmp: Path) -> None:
+    from megatron.energon.epathlib import EPath
+
+    config = me.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    got = den.get_train_dataset(EPath(str(root / "ds1")), batch_size=B, worker_config=config)
+    assert len(got.dataset) == N
+
+
 CHECKS = {
     "SampleDecoder": _check_decoder,
     "DefaultTaskEncoder-Sample-Batch": _check_task_encoder_and_dataclasses,
@@ -325,6 +360,9 @@ CHECKS = {
     "FileStoreCachePool": _check_file_store,
     "current_sample_index-current_batch_index": _check_positions,
     "WorkerConfig": _check_worker_config,
+    "sample_type": _check_sample_type,
+    "Sample-batched-by-the-facade": _check_facade_batching,
+    "EPath": _check_epath,
 }
 
 

@@ -176,14 +176,16 @@ def refuse_energon_state(state: Any, where: str) -> None:
     states = state if isinstance(state, (list, tuple)) else [state]
     for i, item in enumerate(states):
         if _is_energon_state(item) or looks_like_energon(item):
-            what = "a global state (one per rank) of" if item is not state else "a rank state of"
+            what = "a global state (one per rank)" if item is not state else "a rank state"
             at = f" (item {i} of the list)" if item is not state else ""
+            kind = "SavableDataLoaderState, as a dict" if isinstance(item, dict) else type(item).__name__
             raise ForeignStateError(
-                f"{where}: this is {what} megatron.energon's savable loader{at} ({type(item).__name__} with "
-                f"worker_states, next_worker_id: its workers' iterator positions, not a datareel cursor), which "
-                f"datareel cannot continue yet (adopting them is planned: issue 38). Start the datareel.energon "
-                f"loader fresh (restore nothing: it reads from the first sample of its order, so samples this "
-                f"job already trained on come again), or keep this job on megatron.energon until then"
+                f"{where}: this is {what} written by Megatron-Energon's own savable loader{at} (megatron.energon's "
+                f"{kind}: worker_states, next_worker_id, its workers' iterator positions, which "
+                f"cannot be converted into a datareel cursor). datareel cannot continue it yet (adopting "
+                f"megatron.energon states is planned: issue 38). Start the datareel.energon loader fresh (restore "
+                f"nothing: it reads from the first sample of its order, so samples this job already trained on "
+                f"come again), or keep this job on megatron.energon until then"
             )
 
 

@@ -103,7 +103,7 @@ def check_sample_type(dataset: Any, sample_type: Any, where: str) -> None:
         elif name in SAMPLE_CLASSES:  # by name along the class's bases: Energon's own classes match too
             ok = sample_type.__name__ in {c.__name__ for c in SAMPLE_CLASSES[name].__mro__}
         else:
-            ok = sample_type is Sample or sample_type is object
+            ok = sample_type is object or sample_type.__name__ == Sample.__name__  # by name: Energon's too
         if not ok:
             raise OptionError(
                 f"{where}: sample_type={sample_type.__name__} does not match the dataset, whose samples are "

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from ...sources.typed import Sample, _Fields, edataclass
+from ...sources.typed import _Fields, edataclass
 from . import position
 from .cooking import Cooker
 
@@ -79,6 +79,14 @@ def generic_batch(batch: list[Any]) -> Any:
     if isinstance(first, tuple) and hasattr(first, "_fields"):
         return type(first)(**{f: generic_batch([getattr(s, f) for s in batch]) for f in first._fields})
     return batch_list(batch)
+
+
+def is_sample(value: Any) -> bool:
+    """Whether ``value`` is a sample dataclass by its fields (``__key__``, ``__restore_key__``, ``__subflavors__``:
+    datareel.energon's ``Sample``, megatron.energon's, or one of the user's with those fields)."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return False
+    return {"__key__", "__restore_key__", "__subflavors__"} <= {f.name for f in dataclasses.fields(value)}
 
 
 def _init_fields(obj: Any) -> list[dataclasses.Field[Any]]:
@@ -206,7 +214,7 @@ class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_
         return _convert(sample, target)
 
     def batch(self, samples: list[Any]) -> Any:
-        actions = {"__subflavors__": batch_list} if isinstance(samples[0], Sample) else None
+        actions = {"__subflavors__": batch_list} if is_sample(samples[0]) else None
         target = getattr(self, "_raw_batch_type", None)
         return self._batch(samples, type(samples[0]) if target is None else target, actions=actions)
 
