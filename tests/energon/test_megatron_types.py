@@ -381,3 +381,20 @@ def test_a_decoder_datareel_cannot_apply_is_refused_by_name(root: Path, tmp_path
         encoder.decoder = decoder
         with pytest.raises(datareel.OptionError, match=match):
             _facade(root, tmp_path, 0, 1, 0, encoder=encoder)
+
+
+def test_a_worker_debug_path_is_answered_not_dropped(monkeypatch, caplog) -> None:
+    """megatron.energon's WorkerConfig(worker_debug_path=) is read with the rest; datareel writes no worker debug
+    logs, and one log line says so."""
+    import logging
+
+    from datareel.energon import worker
+
+    monkeypatch.setattr(worker, "_explained", set())
+    config = me.WorkerConfig(rank=0, world_size=1, num_workers=0, worker_debug_path="/tmp/dbg-{worker_id}.log")
+    with caplog.at_level(logging.INFO, logger="datareel"):
+        records = datareel.from_sequence([{"__key__": f"k{i}", "x": i} for i in range(4)])
+        spec = den.get_train_dataset(records, batch_size=B, worker_config=config)
+    assert isinstance(spec.worker_config, den.WorkerConfig)
+    assert spec.worker_config.worker_debug_path == "/tmp/dbg-{worker_id}.log"
+    assert any("worker_debug_path" in r.getMessage() and "nothing is written" in r.getMessage() for r in caplog.records)

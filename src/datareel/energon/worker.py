@@ -4,6 +4,7 @@ workers per rank) and what happens to a failing sample (``global_error_handler``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,9 @@ import torch.distributed as torch_dist
 from .task_encoder.base import log_exception, reraise_exception
 
 __all__ = ["ErrorHandler", "FailedSample", "WorkerConfig", "datareel_error_handler"]
+
+log = logging.getLogger("datareel")
+_explained: set[str] = set()
 
 ErrorHandler = Callable[[Exception, Any, Any], None]
 """Energon's error handler: ``handler(exception, sample, sources)``; returning skips the sample, raising stops."""
@@ -25,7 +29,8 @@ class WorkerConfig:
     ``seed_offset`` is datareel's seed.  ``global_error_handler`` is told of every sample that fails
     while iterating (Energon's default logs it and goes on: :func:`log_exception`), ``restore_error_handler``
     of one that fails while ``restore_sample`` makes it again (default: :func:`reraise_exception`).  The
-    debug fields are accepted and ignored."""
+    debug fields are accepted; a ``worker_debug_path`` is answered by one log line (datareel writes no
+    worker debug logs)."""
 
     rank: int
     world_size: int
@@ -36,6 +41,16 @@ class WorkerConfig:
     worker_log_level: int = 0
     global_error_handler: ErrorHandler = log_exception
     restore_error_handler: ErrorHandler = reraise_exception
+
+    def __post_init__(self) -> None:
+        if self.worker_debug_path is not None and "worker_debug_path" not in _explained:
+            _explained.add("worker_debug_path")
+            log.info(
+                "datareel.energon: WorkerConfig(worker_debug_path=%r) is accepted and nothing is written there: "
+                "datareel writes no worker debug logs; the samples of every step follow from the position (list "
+                "them with `datareel verify STATE --show N`)",
+                self.worker_debug_path,
+            )
 
     @staticmethod
     def default_worker_config(num_workers: int = 4, data_parallel_group: Any = None) -> WorkerConfig:
