@@ -23,10 +23,12 @@ SRC = Path(datareel.__file__).parent
 
 
 @pytest.fixture
-def fresh(monkeypatch):
-    """No DATAREEL_* variable set, and no per-process cache made from an earlier environment."""
+def fresh(monkeypatch, tmp_path):
+    """No DATAREEL_* variable set but a node cache directory of the test's own, and no per-process cache made
+    from an earlier environment."""
     for setting in SETTINGS:
         monkeypatch.delenv(setting.name, raising=False)
+    monkeypatch.setenv("DATAREEL_NODE_CACHE", str(tmp_path / "node"))  # not the system temp dir's
     for per_process in (handles._PER_PROCESS, kept._PER_PROCESS, node_cache._PER_PROCESS):
         per_process.clear()
     yield
