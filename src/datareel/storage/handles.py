@@ -46,8 +46,9 @@ class Descriptor:
         return os.pread(self.fd, stop - start, start)
 
     def close(self) -> None:
+        fd, self.fd = self.fd, -1  # a read after close fails (EBADF), never reads a file that reused the number
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 
