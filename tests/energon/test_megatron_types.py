@@ -303,6 +303,7 @@ def _check_positions(root: Path, tmp: Path) -> None:
 def _check_worker_config(root: Path, tmp: Path) -> None:
     loader = _facade(root, tmp, 1, 2, 0, config={"seed_offset": 5})
     assert (loader.rank, loader.world_size, loader.seed) == (1, 2, 5)
+    assert den.WorkerConfig(rank=1, world_size=2, num_workers=0) == me.WorkerConfig(rank=1, world_size=2, num_workers=0)
     ours = den.get_savable_loader(
         den.get_train_dataset(
             root / "aux.yaml",
@@ -349,6 +350,7 @@ def _check_epath(root: Path, tmp: Path) -> None:
     config = me.WorkerConfig(rank=0, world_size=1, num_workers=0)
     got = den.get_train_dataset(EPath(str(root / "ds1")), batch_size=B, worker_config=config)
     assert len(got.dataset) == N
+    assert den.epathlib.EPath(EPath(str(root / "ds1"))) == den.epathlib.EPath(root / "ds1")  # read by its url
 
 
 CHECKS = {

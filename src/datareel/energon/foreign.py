@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import ForeignStateError, OptionError
 
-__all__ = ["adopt_encoder", "as_sample_decoder", "as_worker_config", "refuse_energon_state", "user_decoder"]
+__all__ = ["adopt_encoder", "as_sample_decoder", "as_worker_config", "path_url", "refuse_energon_state", "user_decoder"]
 
 DECODER_CONFIG = ("image_decode", "av_decode", "video_decode_audio", "guess_content")
 """The keys of ``SampleDecoder.config()`` (megatron.energon's and the facade's)."""
@@ -86,6 +86,17 @@ def user_decoder(task_encoder: Any, missing: Any) -> Any:
                 return missing
             return task_encoder.decoder
     return missing
+
+
+def path_url(path: Any, refusal: str) -> str:
+    """The URL of megatron.energon's ``EPath`` (its ``url``: a local path, ``msc://PROFILE/...`` or ``dss://...``),
+    which the facade's ``EPath`` reads as it reads a string; anything else raises ``DatasetError(refusal)``."""
+    url = getattr(path, "url", None)
+    if isinstance(url, str) and hasattr(path, "internal_path") and hasattr(path, "profile"):
+        return url
+    from ..errors import DatasetError
+
+    raise DatasetError(refusal)
 
 
 _PROPERTIES = ("cache", "current_batch_index", "current_sample_index")

@@ -71,8 +71,8 @@ class WorkerConfig:
         return torch_dist.get_global_rank(self.data_parallel_group, self.rank)
 
     def __eq__(self, other: object) -> bool:
-        """Energon compares where a config sits only (rank, world size, workers)."""
-        if not isinstance(other, WorkerConfig):
+        """Energon compares where a config sits only (rank, world size, workers): also with megatron.energon's."""
+        if not all(hasattr(other, name) for name in ("rank", "world_size", "num_workers")):
             return NotImplemented
         return (self.rank, self.world_size, self.num_workers) == (other.rank, other.world_size, other.num_workers)
 

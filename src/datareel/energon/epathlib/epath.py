@@ -26,6 +26,7 @@ from typing import IO, Any
 from ...errors import DatasetError
 from ...storage import files_for
 from ...storage.registry import register_alias
+from ..foreign import path_url
 from .glob import matcher, walk_local
 from .io import local_stat, open_remote
 
@@ -82,8 +83,8 @@ class EPath:
         if isinstance(initial_path, os.PathLike):
             self.profile, self.internal_path = DEFAULT_PROFILE_NAME, _resolve(str(Path(initial_path).absolute()))
             return
-        if not isinstance(initial_path, str):
-            raise DatasetError(f"EPath({initial_path!r}): pass a str, a pathlib.Path or an EPath")
+        if not isinstance(initial_path, str):  # megatron.energon's EPath: by its url; anything else refused
+            initial_path = path_url(initial_path, f"EPath({initial_path!r}): pass a str, a pathlib.Path or an EPath")
         match = _PROTOCOL.match(initial_path)
         if match is None:
             self.profile, self.internal_path = DEFAULT_PROFILE_NAME, _resolve(str(Path(initial_path).absolute()))
