@@ -26,9 +26,14 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, time
     import datareel.formats.webdataset.prepare as prepare  # the module whose scan_shard prepare_webdataset calls
     from datareel.cli import main
+
+    # Ctrl-C as in a terminal: a test runner started as a background job (`pytest &`, nohup, many CI
+    # runners) has SIGINT ignored, every process it starts inherits that, and Python then installs no
+    # KeyboardInterrupt handler: the SIGINT below would be ignored, as it rightly is for a background job
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     stuck = sys.argv[1]
     real = prepare.scan_shard
