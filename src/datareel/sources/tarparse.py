@@ -8,7 +8,6 @@ from ..formats.webdataset.tarparse import _PLAIN_KINDS as _PLAIN_KINDS
 from ..formats.webdataset.tarparse import _REGULAR as _REGULAR
 from ..formats.webdataset.tarparse import _SKIPPED_NAME as _SKIPPED_NAME
 from ..formats.webdataset.tarparse import BLOCK as BLOCK
-from ..formats.webdataset.tarparse import MAX_EXTENDED as MAX_EXTENDED
 from ..formats.webdataset.tarparse import MAX_MEMBER as MAX_MEMBER
 from ..formats.webdataset.tarparse import _checksum_ok as _checksum_ok
 from ..formats.webdataset.tarparse import _header as _header
@@ -23,7 +22,6 @@ from ..formats.webdataset.tarparse import split_name as split_name
 
 __all__ = [
     "BLOCK",
-    "MAX_EXTENDED",
     "MAX_MEMBER",
     "TarFormatError",
     "iter_members",

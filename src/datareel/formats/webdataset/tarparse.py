@@ -23,8 +23,6 @@ _REGULAR = (b"0", b"\0", b"7")
 
 MAX_MEMBER = 1 << 62
 """Member sizes above this cannot be file offsets; a header claiming one is damaged."""
-MAX_EXTENDED = 1 << 20
-"""Bytes of a PAX / GNU long-name header read at most (real ones hold a path: well under a KiB)."""
 
 
 def _number(field: bytes, where: str) -> int:
@@ -213,8 +211,11 @@ def scan_tar(f: BinaryIO, where: str) -> Iterator[tuple[int, str, str, int, int]
 
     The header offset counts any PAX / GNU long-name header before the member.
     Returns at the end blocks, leaving ``f`` just after the first of them; a file
-    that ends before them is truncated.
+    that ends before them is truncated.  A PAX / GNU long-name header is read whole, however long (tar sets
+    no bound; ``tarfile`` and webdataset read any): only one claiming more bytes than the file holds after it
+    is refused, before anything is read.
     """
+    length = f.seek(0, 2)
     pos = 0
     member_start: int | None = None
     long_name: str | None = None
@@ -231,13 +232,13 @@ def scan_tar(f: BinaryIO, where: str) -> Iterator[tuple[int, str, str, int, int]
         member_start = pos if member_start is None else member_start
         data = pos + BLOCK
         if kind in (b"x", b"L"):
-            if size > MAX_EXTENDED:
+            if size > length - data:
                 raise TarFormatError(
-                    f"{where}: the extended header at byte {pos} claims {size} bytes (at most {MAX_EXTENDED} are "
-                    f"read); the shard is damaged"
+                    f"{where}: the extended header at byte {pos} claims {size} bytes, but the file holds only "
+                    f"{max(0, length - data)} after it; the shard is truncated or damaged (write it again)"
                 )
             payload = f.read(size)
-            if len(payload) < size:
+            if len(payload) < size:  # the file shrank while it was read
                 raise TarFormatError(f"{where}: the tar is truncated inside the header at byte {pos}")
             long_name = _long_name(kind, payload, where)
             pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
