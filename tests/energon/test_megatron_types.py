@@ -286,6 +286,22 @@ def _check_file_store(root: Path, tmp: Path) -> None:
     assert isinstance(loader.spec.cache_pool, me.FileStoreCachePool)
 
 
+def _check_megatron_file_store(root: Path, tmp: Path) -> None:
+    """megatron.energon's file stores read through the facade's cache pools and DecodeFileStore."""
+    (tmp / "files").mkdir()
+    (tmp / "files" / "note.txt").write_text("a note")
+    store = me.SystemFileStore(str(tmp / "files"))
+    pool = den.FileStoreCachePool(parent_cache_dir=tmp / "pool", num_workers=1)
+    try:
+        assert pool.get(store, "note.txt") == pool.get_lazy(store, "note.txt").get() == b"a note"
+    finally:
+        pool.close()
+    assert den.NoCachePool().get(store, "note.txt") == b"a note"
+    for decoder in (me.SampleDecoder(), den.SampleDecoder()):
+        decoded, info = den.DecodeFileStore(store, decoder=decoder)["note.txt"]
+        assert decoded == "a note" and tuple(info.file_names) == ("note.txt",)
+
+
 def _check_positions(root: Path, tmp: Path) -> None:
     """megatron.energon's ``current_sample_index`` / ``current_batch_index`` read in encode_sample."""
     seen = []
@@ -360,6 +376,7 @@ CHECKS = {
     "Cooker-cooker-basic_sample_keys": _check_cooker,
     "SourceInfo": _check_source_info,
     "FileStoreCachePool": _check_file_store,
+    "SystemFileStore": _check_megatron_file_store,
     "current_sample_index-current_batch_index": _check_positions,
     "WorkerConfig": _check_worker_config,
     "sample_type": _check_sample_type,
