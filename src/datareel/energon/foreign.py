@@ -4,7 +4,8 @@ Megatron-LM imports its loader functions from one place and keeps its task encod
 dataclasses, ``@stateless`` hooks, cookers, decoders, ``WorkerConfig`` and file stores on
 ``megatron.energon``: a client that switches only the loader imports to ``datareel.energon`` hands the facade
 megatron.energon's objects.  Each reader here takes the facade's own object or one that behaves as it, with
-the attributes megatron.energon 7.4.1 gives it (its ``SampleDecoder.config()``, its ``WorkerConfig`` fields),
+the attributes megatron.energon 7.4.1 gives it (its ``SampleDecoder.config()``, its ``WorkerConfig`` fields,
+its ``EPath``'s ``url``; its task encoders' ``cache`` / ``current_*_index`` answered by :func:`adopt_encoder`),
 and refuses by name, with the fix, what the facade cannot honour: a decoder with its own decoding code, and
 megatron.energon's savable-loader states (:func:`refuse_energon_state`).
 
