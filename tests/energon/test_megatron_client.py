@@ -85,7 +85,9 @@ def torchrun(script: Path, nproc: int, dataset: Path, out: Path, *args: str, tim
         sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
         "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), str(dataset), str(out), *args,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    scratch = out.parent / f"{out.name}-tmp"  # torchrun's own temporary directories stay under the test's
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", "TMPDIR": str(scratch)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
