@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import DatasetError, OptionError
+from ..formats.writes import probe, writing
 from ..sources.base import Source
 from ..sources.lengths import forget_index
 
@@ -75,6 +76,9 @@ def compute_length_index(
     path = str(path)
     import_function(spec)  # fail early, in this process
     source = _all_samples(path)
+    target = source.length_index_path()
+    fix = f"`datareel prepare --lengths` writes {target.name} there: make {target.parent} writable (and give it room)"
+    probe(target.parent, fix)  # before the long computation, not after it
     n = len(source)
     bounds = list(range(0, n, chunk)) + [n]
     workers = max(1, min(workers or os.cpu_count() or 1, len(bounds) - 1))
@@ -90,14 +94,14 @@ def compute_length_index(
                 for a, b, future in futures:
                     out[a:b] = future.result()
                     bar.update(b - a)
-    target = source.length_index_path()
     tag = uuid.uuid4().hex[:8]
     tmp, tmp_side = Path(f"{target}.{tag}.tmp.npy"), Path(f"{target}.json.{tag}.tmp")
     try:
-        np.save(tmp, out)
-        tmp_side.write_text(json.dumps({"function": spec, "count": n, "check": source.length_index_check()}))
-        os.replace(tmp, target)
-        os.replace(tmp_side, Path(f"{target}.json"))
+        with writing(target.parent, fix):
+            np.save(tmp, out)
+            tmp_side.write_text(json.dumps({"function": spec, "count": n, "check": source.length_index_check()}))
+            os.replace(tmp, target)
+            os.replace(tmp_side, Path(f"{target}.json"))
     finally:
         tmp.unlink(missing_ok=True)
         tmp_side.unlink(missing_ok=True)

@@ -16,6 +16,7 @@ import numpy as np
 from ...errors import DatasetError
 from ...sources.index_files import write_index
 from ..metafiles import unparsable
+from ..writes import cannot_write
 
 
 def prepare_jsonl(path: str | os.PathLike) -> int:
@@ -34,8 +35,12 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
     sample = bytearray()  # the current sample's range: its line and the blank lines after it
     first = 1  # the current sample's line number
     tmp = Path(f"{path}.idx.tmp-{uuid.uuid4().hex[:8]}")
+    fix = (
+        f"`datareel prepare` writes the index {path.name}.idx beside {path}: make {path.parent} writable "
+        f"(and give it room), or prepare a copy of the file in a writable directory"
+    )
     try:
-        with open(path, "rb") as f, open(tmp, "wb") as out:
+        with open(path, "rb") as f, _created(tmp, path.parent, fix) as out:
             for number, line in enumerate(f, start=1):
                 text = line.strip()
                 if text:
@@ -59,21 +64,39 @@ def prepare_jsonl(path: str | os.PathLike) -> int:
                     count += 1
                     first = number
                     if len(starts) == _CHUNK:
-                        _write_offsets(out, starts)
+                        _write(out, starts, path.parent, fix)
                 sample += line
                 pos += len(line)
             if not count:
                 raise DatasetError(f"{path} holds no JSON lines")
             _check_jsonl_sample(path, first, bytes(sample))
             starts.append(pos)
-            _write_offsets(out, starts)
-        os.replace(tmp, Path(f"{path}.idx"))
+            _write(out, starts, path.parent, fix)
+        try:
+            os.replace(tmp, Path(f"{path}.idx"))
+        except OSError as exc:
+            raise cannot_write(exc, path.parent, fix) from None
     finally:
         tmp.unlink(missing_ok=True)
     return count
 
 
 _CHUNK = 1 << 16
+
+
+def _created(tmp: Path, folder: Path, fix: str) -> BinaryIO:
+    """``tmp`` opened for writing, or the named refusal (a read-only directory: issue 36)."""
+    try:
+        return open(tmp, "wb")
+    except OSError as exc:
+        raise cannot_write(exc, folder, fix) from None
+
+
+def _write(out: BinaryIO, offsets: array[int], folder: Path, fix: str) -> None:
+    try:
+        _write_offsets(out, offsets)
+    except OSError as exc:  # a full disk, a quota
+        raise cannot_write(exc, folder, fix) from None
 
 
 def _write_offsets(out: BinaryIO, offsets: array[int]) -> None:

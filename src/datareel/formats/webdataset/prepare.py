@@ -32,6 +32,7 @@ from ...errors import DatasetError, OptionError
 from ...sources.fieldmap import CRUDE
 from ...sources.index_files import write_index
 from ...storage.atomic import leftover, locked, swap_in
+from ..writes import probe, writing
 from .index_db import IndexDb
 from .meta import META
 from .pool import scan_in_order, terminated_cleanly
@@ -89,6 +90,8 @@ def _prepare_locked(
     splits = split_shards(shards, parse_split_ratio(split_ratio))
 
     _check_writable(root, shards)
+    fix = f"`datareel prepare` writes {META}/ and one .idx per shard beside the shards: make {root} writable "
+    fix += "(and give it room), then run it again"
     for stale in root.glob(f"{META}*{STAGING}*"):  # left by a killed run
         if _dead_owner(stale):
             shutil.rmtree(stale, ignore_errors=True)
@@ -99,31 +102,38 @@ def _prepare_locked(
             scans = scan_in_order(partial(scan_shard, root), shards, workers, progress, processes=True)
             with contextlib.closing(scans):  # on an error here too, the pool stops now (not when collected)
                 for scan in scans:
-                    write_index(staged / "idx" / str(len(db.counts)), scan.offsets)
+                    with writing(staged, fix):
+                        write_index(staged / "idx" / str(len(db.counts)), scan.offsets)
                     db.add(scan.shard, scan.offsets.tolist(), scan.keys, scan.parts)
             report = check_report(db, config, sample_type, splits)
             db.finish()
-        for name, text in metadata_texts(db.counts, splits, config).items():
-            (staged / name).write_text(text)
-        for i, shard in enumerate(db.counts):
-            os.replace(staged / "idx" / str(i), root / f"{shard}.idx")
-        (staged / "idx").rmdir()
-        (staged / OWNER).unlink()
-        old = root / META
-        previous = old if old.exists() else leftover(old)
-        if previous is not None:
-            if not overwrite:
-                raise DatasetError(f"{old} appeared while preparing; pass --overwrite to replace it")
-            for keep in ("lengths.npy", "lengths.npy.json"):  # a length index survives; if stale, it is refused
-                if (previous / keep).exists():
-                    shutil.copy2(previous / keep, staged / keep)
-        swap_in(staged, old)
-        if previous is not None and previous != old:
-            shutil.rmtree(previous)
+        with writing(root, fix):  # every write from here on (the shards were read)
+            _put_in_place(root, staged, db.counts, metadata_texts(db.counts, splits, config), overwrite)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
     return report
+
+
+def _put_in_place(root: Path, staged: Path, counts: dict[str, int], texts: dict[str, str], overwrite: bool) -> None:
+    """The checked metadata into ``staged``, then each shard's index beside it and ``staged`` in as ``.nv-meta``."""
+    for name, text in texts.items():
+        (staged / name).write_text(text)
+    for i, shard in enumerate(counts):
+        os.replace(staged / "idx" / str(i), root / f"{shard}.idx")
+    (staged / "idx").rmdir()
+    (staged / OWNER).unlink()
+    old = root / META
+    previous = old if old.exists() else leftover(old)
+    if previous is not None:
+        if not overwrite:
+            raise DatasetError(f"{old} appeared while preparing; pass --overwrite to replace it")
+        for keep in ("lengths.npy", "lengths.npy.json"):  # a length index survives; if stale, it is refused
+            if (previous / keep).exists():
+                shutil.copy2(previous / keep, staged / keep)
+    swap_in(staged, old)
+    if previous is not None and previous != old:
+        shutil.rmtree(previous)
 
 
 STAGING = ".tmp-"
@@ -153,8 +163,8 @@ def _dead_owner(staged: Path) -> bool:
 
 def _check_writable(root: Path, shards: list[str]) -> None:
     """Every shard's directory takes its ``.idx`` by a rename from the staging directory: refuse, before the
-    long scan, a directory that is read-only or on another filesystem than ``root`` (the rename would fail
-    half way)."""
+    long scan, a directory that does not take a new file (read-only, full) or is on another filesystem than
+    ``root`` (the rename would fail half way)."""
     device = os.stat(root).st_dev
     for folder in sorted({(root / shard).parent for shard in shards}):
         if os.stat(folder).st_dev != device:
@@ -163,11 +173,11 @@ def _check_writable(root: Path, shards: list[str]) -> None:
                 f"shard's index beside it by renaming it from {root}: prepare that directory on its own, or "
                 f"move it under {root}"
             )
-        if not os.access(folder, os.W_OK):
-            raise DatasetError(
-                f"cannot write the shard indices into {folder} (no write permission); `datareel prepare` "
-                f"writes one .idx beside each shard: make it writable, or prepare a writable copy"
-            )
+        probe(  # not os.access: root passes it, and a read-only mount or a full disk still refuses
+            folder,
+            f"`datareel prepare` writes one .idx beside each shard (and {META}/ in {root}): make {folder} "
+            f"writable, or prepare a writable copy of the dataset",
+        )
 
 
 def _staging_dir(root: Path) -> Path:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from ...errors import DatasetError, OptionError
 from ...sources.index_files import write_index
 from ...storage import files_for, is_remote
 from ...storage.atomic import locked
+from ..writes import local_temp_dir
 from .index_db import IndexDb
 from .meta import ETAGS, META
 from .pool import scan_in_order, terminated_cleanly
@@ -119,11 +119,10 @@ def _index_local(root, shards, workers, on_shard, media, serialize_media, sqlite
 
 
 def _index_in_store(url, shards, workers, on_shard, media, serialize_media, sqlite_build_path) -> Indexed:
-    from .prepare_store import _scan_one
+    from .prepare_store import STAGED, _scan_one
 
     files = files_for(url)
-    with tempfile.TemporaryDirectory(prefix="datareel-prepare-") as tmp:
-        staged = Path(tmp)
+    with local_temp_dir("datareel-prepare-", STAGED) as staged:
         built = Path(sqlite_build_path) if sqlite_build_path is not None else staged / "index.sqlite"
         built.unlink(missing_ok=True)
         etags: dict[str, str] = {}

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from functools import partial
-from pathlib import Path
 
 from ...errors import DatasetError, OptionError
 from ...sources.index_files import write_index
 from ...storage import files_for
+from ..writes import local_temp_dir, writing
 from .index_db import IndexDb
 from .meta import ETAGS, META
 from .pool import scan_in_order
@@ -63,8 +62,7 @@ def prepare_remote_webdataset(
     config = dataset_yaml(sample_type, field_map)
     splits = split_shards(shards, parse_split_ratio(split_ratio))
     etags: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="datareel-prepare-") as tmp:
-        staged = Path(tmp)  # each shard's index and the sqlite index, uploaded once every shard is checked
+    with local_temp_dir("datareel-prepare-", STAGED) as staged:  # uploaded once every shard is checked
         with IndexDb(staged / "index.sqlite", url) as db:
             for scan, etag in scan_in_order(partial(_scan_one, url), shards, workers or 4, progress, processes=False):
                 write_index(staged / f"{len(db.counts)}.idx", scan.offsets)
@@ -84,14 +82,19 @@ def prepare_remote_webdataset(
     return report
 
 
+STAGED = "`datareel prepare` on a URL builds each shard's index and the sqlite index locally before uploading them"
+DOWNLOADED = "`datareel prepare` on a URL downloads each shard to a local temporary file to index it (a few at a time)"
+
+
 def _scan_one(url: str, shard: str) -> tuple[ShardScan, str | None]:
     """Download one shard to a temporary file and scan it (the work is mostly waiting on the network).
     -> its scan and its ETag as indexed (where the store gives one)."""
     files = files_for(url)
-    with tempfile.TemporaryDirectory(prefix="datareel-shard-") as tmp:
+    with local_temp_dir("datareel-shard-", DOWNLOADED) as tmp:
         local = os.path.join(tmp, "shard.tar")
         before = files.info(f"{url}/{shard}")
-        files.download(f"{url}/{shard}", local)
+        with writing(tmp, DOWNLOADED + ": set TMPDIR to a directory with room for it (e.g. TMPDIR=/scratch/tmp)"):
+            files.download(f"{url}/{shard}", local)
         after = files.info(f"{url}/{shard}")
         if after != before or os.path.getsize(local) != after.size:
             raise DatasetError(
@@ -99,7 +102,7 @@ def _scan_one(url: str, shard: str) -> tuple[ShardScan, str | None]:
                 f"then {after.size}/{after.etag}); run `datareel prepare` again once the upload is done"
             )
         try:
-            found = scan_shard(Path(tmp), "shard.tar")
+            found = scan_shard(tmp, "shard.tar")
         except DatasetError as exc:  # name the shard by its URL, not the temporary copy
             raise DatasetError(str(exc).replace(local, f"{url}/{shard}")) from None
     return ShardScan(shard, found.offsets, found.keys, found.parts), after.etag

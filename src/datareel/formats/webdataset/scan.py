@@ -86,12 +86,20 @@ def _is_utf8(text: str) -> bool:
 
 
 def find_shards(root: Path) -> list[str]:
-    """Every ``*.tar`` file under ``root`` (a directory so named is not a shard), relative, sorted."""
-    return sorted(
-        p.relative_to(root).as_posix()
-        for p in root.rglob("*.tar")
-        if META not in p.relative_to(root).parts and p.is_file()
-    )
+    """Every ``*.tar`` file under ``root``, relative, sorted. A directory so named is not a shard: one that
+    holds no shard either (an unpacked shard, a download that made a folder) is refused by name, not skipped
+    (its samples would be missing without a word); one that holds shards is a folder of them."""
+    found = [p for p in root.rglob("*.tar") if META not in p.relative_to(root).parts]
+    shards = sorted(p.relative_to(root).as_posix() for p in found if p.is_file())
+    for folder in sorted(p for p in found if p.is_dir()):
+        inside = folder.relative_to(root).as_posix() + "/"
+        if not any(shard.startswith(inside) for shard in shards):
+            raise DatasetError(
+                f"{folder} is a directory, not a tar shard: `datareel prepare` indexes *.tar files, and would "
+                f"leave out whatever it holds. An unpacked shard? pack its files into a .tar file again; anything "
+                f"else: rename the directory so that its name does not end in .tar"
+            )
+    return shards
 
 
 def parse_split_ratio(text: str) -> dict[str, float]:
