@@ -6,6 +6,11 @@ the same examples every run, so a landing is judged on reproducible evidence; ru
 locally (or with ``HYPOTHESIS_PROFILE=explore``) to keep searching.  ``HYPOTHESIS_PROFILE=fast``
 runs a few examples of each.
 
+Temporary files: the session points ``tempfile`` (and ``TMPDIR``, which the processes tests start inherit)
+at one directory under pytest's own temp dir, so nothing lands in the system's; whatever is left there when
+the session ends (a test or the library that did not remove its temporary directory) fails the session,
+naming it (:func:`_session_temp_dir`).
+
 Markers (docs/testing.md): ``slow`` starts real processes (torch.distributed, torchrun, subprocess
 CLIs); ``workers`` starts worker processes (DataLoader workers, the planning process, the process
 pool of ``prepare``).  A test that starts a process from Python's ``multiprocessing`` without
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import multiprocessing.process
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +73,43 @@ def texts(tmp_path_factory):
         write_shard(root / f"part-{s}.tar", [(f"t{s}-{i:03d}", {"txt": f"text {s} {i}".encode()}) for i in range(30)])
     prepare_webdataset(root, sample_type="TextSample", field_map={"text": "txt"}, progress=False)
     return root
+
+
+KEPT = ("datareel-blocks-", "pymp-", "torchelastic_")
+"""What may stay in the session's temp dir (pytest removes it with the session's directory): the node's block
+cache (:mod:`datareel.storage.node_cache`), which is meant to outlive every process; and what others make in
+the processes tests start and do not remove: Python's multiprocessing directory of a process that ended by
+``os._exit`` or a signal, torchrun's log directory when it is given no ``--log-dir``."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_temp_dir(tmp_path_factory):
+    """Every temporary file of the session goes into ``<pytest basetemp>/system-tmp``, not the system temp dir;
+    at the end, what is left there (but :data:`KEPT`) fails the session: a test writes under its ``tmp_path``,
+    library code removes its temporary directories. Only this session writes there: no false alarm from
+    other processes on the machine."""
+    ours = tmp_path_factory.mktemp("system-tmp", numbered=False)
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(ours)
+    try:
+        yield ours
+    finally:
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+    left = leftovers(ours)
+    if left:
+        pytest.fail(
+            f"the test session left {len(left)} entries in its temporary directory {ours} (the system temp dir, "
+            f"had it not been redirected): {', '.join(left[:10])}; a test writes under its tmp_path, and library "
+            "code removes the temporary directories it makes (or says in its docstring why one outlives the "
+            "process, and is listed in tests/conftest.py KEPT)",
+            pytrace=False,
+        )
+
+
+def leftovers(folder: Path) -> list[str]:
+    """The entries of ``folder`` nobody should have left there (all but :data:`KEPT`), sorted."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(KEPT))

@@ -7,9 +7,7 @@ checkpoint positions placed around epoch boundaries.
 
 from __future__ import annotations
 
-import functools
 import math
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -88,10 +86,10 @@ def test_elastic_restore_with_worker_processes(s):
     _run(s)
 
 
-@functools.lru_cache(maxsize=1)
-def _webdataset_dir() -> Path:
+@pytest.fixture(scope="module")
+def webdataset_dir(tmp_path_factory) -> Path:
     """100 samples in 4 uneven shards (one with long, nested keys), prepared by datareel."""
-    root = Path(tempfile.mkdtemp(prefix="datareel-elastic-wds-"))
+    root = tmp_path_factory.mktemp("elastic-wds")  # under pytest's temp dir, not the system's (issue 36)
     build_shards(root, shard_sizes=(40, 25, 1, 34))
     prepare_webdataset(root, progress=False)
     return root
@@ -117,8 +115,8 @@ class KeyNoise:
     epoch=st.integers(0, 2),
     seed=st.integers(0, 2**32),
 )
-def test_elastic_restore_on_a_webdataset_source_with_2_workers(W, W2, m, m2, factor, epoch, seed):
-    data = datareel.open_dataset(_webdataset_dir())
+def test_elastic_restore_on_a_webdataset_source_with_2_workers(webdataset_dir, W, W2, m, m2, factor, epoch, seed):
+    data = datareel.open_dataset(webdataset_dir)
     G = math.lcm(m * W, m2 * W2) * factor
     batches = max(1, min(4, 12 // (G // (m * W))))
     start = max(0, (epoch * len(data) - G) // G * G)  # cross an epoch boundary

@@ -14,6 +14,8 @@ limit by removing the least recently used blocks (a read touches a block's modif
 looks at the directory again after writing 1/64 of the limit, so it stays near the limit with many writers.
 
 ``DATAREEL_NODE_CACHE``: the directory (default ``<tempdir>/datareel-blocks-<uid>``, mode 0700), or ``off``.
+It outlives every process on purpose (the next run on the node reads its blocks from it), bounded by its limit;
+remove it by hand to reclaim the space.
 ``DATAREEL_NODE_CACHE_BYTES``: its limit (default 4 GiB).  Local disks need none of it: the kernel's page
 cache is their node cache.
 """
