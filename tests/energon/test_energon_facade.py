@@ -457,4 +457,4 @@ def test_get_val_datasets_gives_one_loader_per_val_dataset(texts, tmp_path):
     keys = [[k for b in den.get_loader(ds, worker_config=config) for k in b] for ds, _source in pairs]
     assert len(keys[0]) == 90 and sorted(keys[1]) == [f"o-{i:02d}" for i in range(5)]
     single = den.get_val_datasets(str(texts), split_part="train", worker_config=config, batch_size=4)
-    assert len(single) == 1 and single[0][1].name.endswith("train")
+    assert len(single) == 1 and single[0][1].name.startswith("train@")  # its split and content digest
