@@ -22,7 +22,15 @@ from torch.utils.data import DataLoader
 
 from .errors import BatchError, DatareelError
 from .execute.encoder import positions_tensor
-from .execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, end_with_this_process, widen_result_pipe
+from .execute.workers import (
+    WORKER_DEATHS,
+    WorkerOptions,
+    dead_workers,
+    end_with_this_process,
+    guard_result_queue,
+    lost_worker,
+    widen_result_pipe,
+)
 from .reel import Cursor, CursorQueue
 from .reel.sampler import DescriptorSampler, RunFeed
 from .run import Run
@@ -65,7 +73,11 @@ class Driver:
         try:
             dataloader = self._dataloader()
             end_with_this_process(dataloader)  # workers started now end with this process, however it ends
-            return iter(dataloader)
+            with WORKER_DEATHS.starting():  # a worker dying now is reported by the first next(), not by iter()
+                inner = iter(dataloader)
+                if hasattr(inner, "_workers"):  # torch's multi-process iterator: its deaths are datareel's
+                    WORKER_DEATHS.install(inner)
+            return inner
         except BaseException:  # e.g. persistent workers that did not resume: the next iter() starts fresh ones
             self.dataloader = None
             raise
@@ -118,12 +130,11 @@ class LoaderIterator:
     def __init__(self, driver: Driver, generation: int):
         self.driver, self.generation = driver, generation
         self.queue = CursorQueue()  # the cursors of the batches this iterator has not handed out yet
+        self.deaths = WORKER_DEATHS.deaths  # before the start: a worker that dies in it is looked for in next()
         self.inner = driver.start(self.queue)
         self.workers = hasattr(self.inner, "_workers")  # torch's multi-process iterator
-        if self.workers:
-            WORKER_DEATHS.install(self.inner)  # torch installs its SIGCHLD handler when it starts its first workers
-        self.deaths = WORKER_DEATHS.deaths
         widen_result_pipe(self.inner)
+        guard_result_queue(self.inner)  # a batch lost with its worker: reported as the worker's death
         driver.iterators.add(self)
 
     def __iter__(self) -> LoaderIterator:
@@ -164,19 +175,27 @@ class LoaderIterator:
             driver.advance(self.queue.take())
             raise
         except BaseException as exc:  # a worker died or timed out, an interrupt, ...: the DataLoader is broken
+            lost = lost_worker(self.inner, exc) if self.workers else None  # before the workers are stopped
             driver.discard_workers()
             self.stop_workers()
-            note = (
-                f"datareel: this iterator ended ({type(exc).__name__}) and the loader dropped its worker processes; "
-                f"the micro-batch it was making does not count as consumed: call iter(loader) again to continue "
-                f"from cursor {driver.run.position} (nothing handed out is lost or repeated) with fresh workers"
-            )
-            if hasattr(exc, "add_note"):  # Python 3.11+
-                exc.add_note(note)
-            else:
-                log.error("%s", note)
+            if lost is not None:  # a worker's death however torch surfaced it: always the same report
+                self._report(lost)
+                raise lost from exc
+            self._report(exc)
             raise
         if isinstance(batch, dict) and isinstance(batch.get("__positions__"), np.ndarray):
             batch["__positions__"] = positions_tensor(batch["__positions__"])
         driver.advance(self.queue.take())
         return batch
+
+    def _report(self, exc: BaseException) -> None:
+        """Tell the training loop, on the exception that ended this iterator, how to continue."""
+        note = (
+            f"datareel: this iterator ended ({type(exc).__name__}) and the loader dropped its worker processes; "
+            f"the micro-batch it was making does not count as consumed: call iter(loader) again to continue "
+            f"from cursor {self.driver.run.position} (nothing handed out is lost or repeated) with fresh workers"
+        )
+        if hasattr(exc, "add_note"):  # Python 3.11+
+            exc.add_note(note)
+        else:
+            log.error("%s", note)

@@ -39,6 +39,8 @@ class WorkerDeaths:
     def __init__(self) -> None:
         self.deaths = 0  # SIGCHLDs (a child ended) while no datareel iterator waited for workers
         self._waiting = 0  # the main thread is inside a multi-process DataLoader's next()
+        self._starting = 0  # the main thread is starting a datareel DataLoader iterator (:meth:`starting`)
+        self._deferred = 0  # SIGCHLDs that came while it did
         self._installed = False
         self._main = threading.main_thread().ident
         self._ours: weakref.WeakSet[Any] = weakref.WeakSet()  # datareel's multi-process DataLoader iterators
@@ -47,6 +49,34 @@ class WorkerDeaths:
         """Count ``iterator`` (a multi-process DataLoader iterator) as datareel's, and wrap torch's
         ``SIGCHLD`` handler (once; only after torch has installed it, from the main thread)."""
         self._ours.add(iterator)
+        self._wrap()
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Around ``iter(dataloader)`` of a datareel DataLoader and its :meth:`install`: torch forks the workers
+        and sends them their first descriptors there, and a worker that died meanwhile (at its first sample)
+        was raised by torch's handler from ``iter(loader)``, before the iterator was datareel's, its half-made
+        workers left running.  Now every ``SIGCHLD`` that comes meanwhile is counted in :attr:`deaths` (the
+        iterator's first ``next()`` looks at its workers), and once the iterator is installed torch's handler
+        runs once with datareel's workers hidden, so another DataLoader's dead worker is still raised."""
+        if threading.get_ident() != self._main or not hasattr(signal, "SIGCHLD"):
+            yield
+            return
+        from torch.utils.data._utils import signal_handling
+
+        signal_handling._set_SIGCHLD_handler()  # torch's, as its first iterator would set it; then wrapped
+        self._wrap()
+        deferred = self._deferred
+        self._starting += 1
+        try:
+            yield
+        finally:
+            self._starting -= 1
+        if self._deferred != deferred and self._installed and not self._starting:
+            with self._hidden():
+                self._torch_handler(signal.SIGCHLD, None)
+
+    def _wrap(self) -> None:
         if self._installed or threading.get_ident() != self._main or not hasattr(signal, "SIGCHLD"):
             return
         from torch.utils.data._utils import signal_handling
@@ -54,8 +84,13 @@ class WorkerDeaths:
         torch_handler = signal.getsignal(signal.SIGCHLD)
         if not getattr(signal_handling, "_SIGCHLD_handler_set", False) or not callable(torch_handler):
             return
+        self._torch_handler = torch_handler
 
         def handler(signum: int, frame: Any) -> None:
+            if self._starting:  # a datareel iterator is being started: its first next() reports it
+                self._deferred += 1
+                self.deaths += 1
+                return
             if self._waiting:
                 torch_handler(signum, frame)  # inside datareel's next(): the loader's iterator catches it
                 return

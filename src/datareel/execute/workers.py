@@ -10,16 +10,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import multiprocessing.connection
+import multiprocessing.util
 import os
 import sys
 import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import BatchError, OptionError, check_int
+from ..errors import BatchError, DatareelError, OptionError, check_int
 from ..lifetime import die_with_parent
 from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers
 from .picklable import check_picklable, start_method
@@ -32,6 +36,8 @@ __all__ = [
     "check_picklable",
     "dead_workers",
     "end_with_this_process",
+    "guard_result_queue",
+    "lost_worker",
     "passthrough",
     "start_method",
     "widen_result_pipe",
@@ -95,9 +101,15 @@ def end_with_this_process(dataloader: DataLoader) -> None:
     """Before a DataLoader starts its workers: each ends with this process however it ends (torch's own
     check runs between batches only, so a worker busy in ``encode_sample`` outlived a SIGKILLed training
     process). The kernel's parent-death signal only when the workers start from the main thread (it
-    follows the starting thread); the watchdog thread always (:func:`datareel.lifetime.die_with_parent`)."""
+    follows the starting thread); the watchdog thread always (:func:`datareel.lifetime.die_with_parent`).
+
+    And a worker that dies leaves no directory behind: a worker makes ``multiprocessing``'s temporary
+    directory (``pymp-*``, for the socket that hands its batches' shared memory over) the first time it sends
+    a tensor, and only a worker that exits normally removes it; made here, in this process, forked workers
+    use this process's (removed when it exits) instead."""
     main = threading.current_thread() is threading.main_thread()
     dataloader.worker_init_fn = functools.partial(worker_started, os.getpid(), main)
+    multiprocessing.util.get_temp_dir()
 
 
 def worker_started(parent: int, pdeathsig: bool, worker_id: int) -> None:
@@ -157,3 +169,71 @@ def widen_result_pipe(iterator: Any) -> None:
         return
     with contextlib.suppress(OSError, ValueError, AttributeError):
         fcntl.fcntl(reader.fileno(), resize, RESULT_PIPE_BYTES)
+
+
+LOST_WORKER_WAIT = 1.0
+"""Seconds :func:`lost_worker` waits for a worker to finish ending after a broken connection to it."""
+
+
+def lost_worker(iterator: Any, exc: BaseException) -> RuntimeError | None:
+    """The report of a lost worker for what a multi-process DataLoader iterator's ``next()`` raised, where
+    ``exc`` does not say it: the worker that made a batch died after sending it, and reading the batch's
+    tensors (their memory comes through a socket to that worker) failed with a bare ``ConnectionResetError``
+    or ``EOFError``, or another exception came while a worker lay dead.  ``None`` where ``exc`` is datareel's
+    own, torch's report already (it names "DataLoader worker"), an interrupt, or no worker has ended.
+
+    A broken connection waits up to :data:`LOST_WORKER_WAIT` seconds for the dying worker's exit status: its
+    sockets and its sentinel close a moment before the kernel lets its parent reap it."""
+    if not isinstance(exc, Exception) or isinstance(exc, DatareelError) or "DataLoader worker" in str(exc):
+        return None
+    dead = dead_workers(iterator)
+    if not dead and isinstance(exc, (OSError, EOFError)) and not getattr(iterator, "_shutdown", True):
+        sentinels = [w.sentinel for w in getattr(iterator, "_workers", []) if hasattr(w, "sentinel")]
+        deadline = time.monotonic() + LOST_WORKER_WAIT
+        if sentinels and multiprocessing.connection.wait(sentinels, timeout=LOST_WORKER_WAIT):  # one has ended
+            while not dead and time.monotonic() < deadline:
+                time.sleep(0.001)
+                dead = dead_workers(iterator)
+    if not dead:
+        return None
+    return RuntimeError(f"DataLoader worker process ended unexpectedly: {dead} ({type(exc).__name__}: {exc})")
+
+
+def guard_result_queue(iterator: Any) -> None:
+    """Read a multi-process DataLoader iterator's results (torch's ``_data_queue``, without ``pin_memory``)
+    through :class:`GuardedResults`, once per iterator."""
+    results = getattr(iterator, "_data_queue", None)
+    if (
+        results is None
+        or isinstance(results, GuardedResults)
+        or results is not getattr(iterator, "_worker_result_queue", None)
+    ):
+        return
+    iterator._data_queue = GuardedResults(results, iterator)
+
+
+class GuardedResults:
+    """torch's worker result queue, whose ``get`` reports a batch lost with its worker as the worker's death.
+
+    A batch's tensors cross through a socket to the worker that made them; a worker that died after sending
+    one made ``get`` fail with a bare ``ConnectionResetError`` or ``EOFError`` a moment before its exit status
+    was visible, so torch (which then looks for dead workers) found none, ran its open-files check (ten
+    temporary files) and raised the bare error, or was interrupted there by its ``SIGCHLD`` report, leaving a
+    temporary file behind.  Here ``get`` waits for the dead worker (:func:`lost_worker`) and raises its report,
+    so torch finds it, names it and raises at once."""
+
+    def __init__(self, queue: Any, iterator: Any):
+        self._queue, self._iterator = queue, weakref.ref(iterator)
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._queue.get(*args, **kwargs)
+        except (OSError, EOFError) as exc:
+            iterator = self._iterator()
+            lost = lost_worker(iterator, exc) if iterator is not None else None
+            if lost is None:
+                raise
+            raise lost from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
