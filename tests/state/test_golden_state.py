@@ -19,6 +19,13 @@ over items sampled from the sequences (issue 25: a sequence with the same name a
 items was accepted).  The golden states predate it; they still restore (accepted by name and size, with
 a warning), and :func:`today` adds the field as today's code writes it.  Every other field, the
 ``digest`` included, is byte-identical: the WebDataset recipe (``packed_bytes``) gains nothing.
+
+And one on the loader's side (issue 36): a prepared directory's default name, which keys its shuffle, is now
+its split and a digest of its content (``train@...``), no longer its folder and split (``wds/train``), so
+every copy of a dataset reads in one order. The ``packed_bytes`` states named it ``wds/train``; its recipe
+opens the dataset with the documented fix, ``name="wds/train"``, and the states restore byte for byte onto
+the old continuation. Without it they are refused, naming that fix
+(``tests/sources/test_content_names.py``).
 """
 
 from __future__ import annotations
