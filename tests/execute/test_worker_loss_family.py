@@ -13,6 +13,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -201,3 +203,42 @@ def test_a_worker_dying_while_iter_starts_the_workers_is_reported_by_next(tmp_pa
     gc.collect()
     assert trained == uninterrupted()
     assert sorted(os.listdir(tmp_path)) == [str(FIRST), str(GLOBAL_BOUNDARY)]
+
+
+KILLS_A_WORKER = """
+import os, signal, sys, time
+import datareel
+loader = datareel.Loader(datareel.from_sequence(list(range(40)), name="n"), global_batch_size=4, micro_batch_size=4,
+                         world_size=1, rank=0, shuffle=False, num_workers=2)
+it = iter(loader)
+got = [next(it).tolist() for _ in range(3)]
+victim = it.inner._workers[0].pid
+os.kill(victim, signal.SIGKILL)
+try:
+    while len(got) < 8:
+        got.append(next(it).tolist())
+except RuntimeError:
+    it = iter(loader)
+    while len(got) < 8:
+        got.append(next(it).tolist())
+assert got == [list(range(4 * i, 4 * i + 4)) for i in range(8)], got
+loader.close()
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter: its first workers are the ones that die
+def test_a_killed_worker_leaves_no_directory_in_the_temp_dir(tmp_path):
+    """A worker makes multiprocessing's ``pymp-*`` directory when it first sends a tensor and removes it only
+    when it exits normally: each killed worker left one in the system temp dir.  Workers share the training
+    process's now, removed when it exits."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", KILLS_A_WORKER],
+        env={**os.environ, "TMPDIR": str(temp)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in temp.iterdir()) == []
