@@ -27,9 +27,8 @@ from .execute.workers import (
     WorkerOptions,
     dead_workers,
     end_with_this_process,
-    guard_result_queue,
     lost_worker,
-    widen_result_pipe,
+    start_iterator,
 )
 from .reel import Cursor, CursorQueue
 from .reel.sampler import DescriptorSampler, RunFeed
@@ -73,11 +72,7 @@ class Driver:
         try:
             dataloader = self._dataloader()
             end_with_this_process(dataloader)  # workers started now end with this process, however it ends
-            with WORKER_DEATHS.starting():  # a worker dying now is reported by the first next(), not by iter()
-                inner = iter(dataloader)
-                if hasattr(inner, "_workers"):  # torch's multi-process iterator: its deaths are datareel's
-                    WORKER_DEATHS.install(inner)
-            return inner
+            return start_iterator(dataloader)  # a worker dying now is reported by the first next(), not by iter()
         except BaseException:  # e.g. persistent workers that did not resume: the next iter() starts fresh ones
             self.dataloader = None
             raise
@@ -133,8 +128,6 @@ class LoaderIterator:
         self.deaths = WORKER_DEATHS.deaths  # before the start: a worker that dies in it is looked for in next()
         self.inner = driver.start(self.queue)
         self.workers = hasattr(self.inner, "_workers")  # torch's multi-process iterator
-        widen_result_pipe(self.inner)
-        guard_result_queue(self.inner)  # a batch lost with its worker: reported as the worker's death
         driver.iterators.add(self)
 
     def __iter__(self) -> LoaderIterator:

@@ -36,7 +36,14 @@ from torch.utils.data import Sampler
 
 from ..errors import BatchError
 from ..execute.batch import BatchMaker
-from ..execute.workers import WORKER_DEATHS, WorkerOptions, dead_workers, end_with_this_process, widen_result_pipe
+from ..execute.workers import (
+    WORKER_DEATHS,
+    WorkerOptions,
+    dead_workers,
+    end_with_this_process,
+    lost_worker,
+    start_iterator,
+)
 from ..reel.base import Descriptor
 from .passes import Batches, Passes
 
@@ -181,8 +188,8 @@ class ValPlan:
         while True:
             try:
                 if inner is None:
+                    deaths = WORKER_DEATHS.deaths  # before the start: a worker dying in it is looked for here
                     inner = self._start()
-                    deaths = WORKER_DEATHS.deaths
                 if deaths != WORKER_DEATHS.deaths:  # a worker died while the loop ran: ours?
                     deaths = WORKER_DEATHS.deaths
                     dead = dead_workers(inner)
@@ -199,17 +206,21 @@ class ValPlan:
                 failed = isinstance(exc, BatchError)  # a property of the batch: it counts as handed out
                 handed += int(failed)
                 self._failed = (start, handed)
+                lost = lost_worker(inner, exc) if hasattr(inner, "_workers") else None  # before the workers stop
                 self._stop(inner)
+                report = exc if lost is None else lost  # a worker's death however torch surfaced it: one report
                 note = (
-                    f"datareel: this val pass ended ({type(exc).__name__}); the next `for` over the loader continues "
-                    f"this pass after the {handed} batches handed out"
+                    f"datareel: this val pass ended ({type(report).__name__}); the next `for` over the loader "
+                    f"continues this pass after the {handed} batches handed out"
                     + (" (the one that failed counts)" if failed else " (the batch being made is made again)")
                     + ", with fresh workers"
                 )
-                if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(note)
+                if hasattr(report, "add_note"):  # Python 3.11+
+                    report.add_note(note)
                 else:
                     log.error("%s", note)
+                if lost is not None:
+                    raise lost from exc
                 raise
             handed += 1
             yield batch
@@ -222,11 +233,8 @@ class ValPlan:
         if self._dataloader is None:
             self._dataloader = self.workers.dataloader(self.maker, _Feed(self), seed=self.seed)
             end_with_this_process(self._dataloader)  # workers end with this process, however it ends
-        inner = iter(self._dataloader)
+        inner = start_iterator(self._dataloader)  # a worker dying in the start is reported by next()
         self._inner = weakref.ref(inner)
-        if hasattr(inner, "_workers"):  # torch's multi-process iterator (its SIGCHLD handler is installed now)
-            WORKER_DEATHS.install(inner)
-        widen_result_pipe(inner)
         return inner
 
     def _stop(self, inner: Any) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "guard_result_queue",
     "lost_worker",
     "passthrough",
+    "start_iterator",
     "start_method",
     "widen_result_pipe",
     "worker_started",
@@ -169,6 +170,22 @@ def widen_result_pipe(iterator: Any) -> None:
         return
     with contextlib.suppress(OSError, ValueError, AttributeError):
         fcntl.fcntl(reader.fileno(), resize, RESULT_PIPE_BYTES)
+
+
+def start_iterator(dataloader: Any) -> Any:
+    """``iter(dataloader)`` of a datareel DataLoader, with datareel's worker-death handling (the Loader's
+    iterator and the Energon facade's val loop start theirs here): a worker dying during the start is reported
+    by the first ``next()`` (:meth:`WorkerDeaths.starting`), the iterator's deaths are datareel's
+    (:meth:`WorkerDeaths.install`), its result pipe widened and its results read through
+    :class:`GuardedResults`.  Read ``WORKER_DEATHS.deaths`` before calling it; on a failing ``next()`` ask
+    :func:`lost_worker` before stopping the workers."""
+    with WORKER_DEATHS.starting():
+        inner = iter(dataloader)
+        if hasattr(inner, "_workers"):  # torch's multi-process iterator: its deaths are datareel's
+            WORKER_DEATHS.install(inner)
+    widen_result_pipe(inner)
+    guard_result_queue(inner)  # a batch lost with its worker: reported as the worker's death
+    return inner
 
 
 LOST_WORKER_WAIT = 1.0
