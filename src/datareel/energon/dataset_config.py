@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .datasets import _check_common, _open
+from .multiplier import energon_multiplier
 from .spec import DatasetSpec
 from .worker import WorkerConfig
 
@@ -115,6 +116,7 @@ def get_dataset_from_config(
         from ..errors import OptionError
 
         raise OptionError("get_dataset_from_config: give handler= to BatchDataset or get_train_dataset")
+    shuffle_over_epochs = energon_multiplier(shuffle_over_epochs, "get_dataset_from_config: ", "shuffle_over_epochs")
     if shuffle_over_epochs not in (1, None):
         open_kwargs["shuffle_over_epochs_multiplier"] = shuffle_over_epochs
     part = split_part or "train"

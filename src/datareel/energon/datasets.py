@@ -18,6 +18,7 @@ from ..sources.base import Source
 from .foreign import as_worker_config, user_decoder
 from .loader import EnergonLoader
 from .loader_args import LoaderOptions, check_sample_type, default_handler
+from .multiplier import energon_multiplier
 from .spec import DatasetSpec, Limit, Repeat, WorkerConfig
 
 __all__ = [
@@ -143,8 +144,8 @@ def get_train_dataset(
     buffers = {"shuffle_buffer_size": shuffle_buffer_size, "max_samples_per_sequence": max_samples_per_sequence}
     open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
     packing_buffer_size = _check_buffer(packing_buffer_size, "get_train_dataset")
-    if shuffle_over_epochs_multiplier not in (1, None):
-        # Energon's meaning (one permutation over k epochs; -1: endless): datareel.blend.open_dataset's
+    shuffle_over_epochs_multiplier = energon_multiplier(shuffle_over_epochs_multiplier, "get_train_dataset: ")
+    if shuffle_over_epochs_multiplier not in (1, None):  # one permutation over k epochs; -1: endless (open_dataset's)
         open_kwargs["shuffle_over_epochs_multiplier"] = shuffle_over_epochs_multiplier
     if batch_drop_last and not repeat:
         raise OptionError(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import DatasetError
-from ...plan.over_epochs import check_multiplier
+from ..multiplier import energon_multiplier
 from .loader_interface import DatasetLoaderInterface, LoadedDatasetList, TraversedDatasetReference
 
 __all__ = ["AuxDatasetReference", "AuxFilesystemReference", "DatasetSubset", "MetadatasetV2"]
@@ -163,10 +163,7 @@ class MetadatasetV2(DatasetLoaderInterface):
     ) -> LoadedDatasetList:
         from .walk import Request, node_datasets
 
-        try:
-            multiplier = check_multiplier(shuffle_over_epochs_multiplier)
-        except ValueError as exc:
-            raise DatasetError(str(exc)) from None
+        multiplier = energon_multiplier(shuffle_over_epochs_multiplier, f"{self.path}: get_datasets: ")
         request = Request(training, worker_config, kwargs)
         where = f"{self.path}: splits.{split_part}"
         return node_datasets(self, self.split(split_part), request, split_part, subflavors, multiplier, subset, where)

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import DatasetError
+from ...errors import DatasetError, OptionError
 from ...formats import METADATASET
-from ...plan.over_epochs import check_multiplier, combine
+from ...plan.over_epochs import combine
 from ...storage.path import as_path
+from ..multiplier import energon_multiplier
 from .dataset_loader import DatasetLoader
 from .loader_interface import DatasetBlendMode, LoadedDatasetList, TraversedDatasetReference
 from .metadataset_v2 import aux_reference, merge_subset, parse_subset
@@ -135,8 +136,8 @@ def _reference(
 ) -> LoadedDatasetList:
     subflavors = _merged(node.get("subflavors"), subflavors, where)
     try:
-        own = check_multiplier(node.get("shuffle_over_epochs_multiplier", 1))
-    except ValueError as exc:
+        own = energon_multiplier(node.get("shuffle_over_epochs_multiplier", 1))
+    except OptionError as exc:
         raise DatasetError(f"{where}.{exc}") from None
     multiplier = combine(multiplier, own)
     target, nested = _target(mds, node, where)
