@@ -15,11 +15,14 @@ from ..blend.open import open_dataset
 from ..blend.tree import Blend, Concat
 from ..errors import INT64_LIMIT, OptionError, check_int
 from ..sources.base import Source
-from .foreign import as_worker_config, user_decoder
+from .decoding import decoding_options
+from .foreign import as_worker_config
 from .loader import EnergonLoader
 from .loader_args import LoaderOptions, check_sample_type, default_handler
 from .multiplier import energon_multiplier
 from .spec import DatasetSpec, Limit, Repeat, WorkerConfig
+from .task_encoder.tolerance import check_failure_tolerance
+from .wrapper_config import check_wrapper_config
 
 __all__ = [
     "DatasetSpec",
@@ -50,36 +53,14 @@ def _explain_once(name: str, message: str) -> None:
 def _open(path: Any, split_part: str, open_kwargs: dict[str, Any], task_encoder: Any, where: str = "") -> Any:
     """The dataset a spec reads, opened now: a wrong path raises here, as ``open_dataset`` would; a
     ``sample_type`` it does not yield is refused (Energon's check)."""
+    check_failure_tolerance(task_encoder, where or "get_train_dataset")  # up front: no hook's argument dropped
     sample_type = open_kwargs.pop("sample_type", None)
     if isinstance(path, (Source, Blend)):  # get_val_datasets hands out opened sources
         dataset = path
     else:
-        dataset = open_dataset(path, split=split_part, **_decoding(open_kwargs, task_encoder, where))
+        dataset = open_dataset(path, split=split_part, **decoding_options(open_kwargs, task_encoder, where))
     check_sample_type(dataset, sample_type, where or "get_train_dataset")
     return dataset
-
-
-def _decoding(open_kwargs: dict[str, Any], task_encoder: Any, where: str) -> dict[str, Any]:
-    """``open_kwargs`` with what the task encoder's ``decoder`` asks of the readers (Energon's ``decoder = None``:
-    raw bytes; a ``SampleDecoder``: its ``image_decode``); an ``image_decode=`` argument that contradicts it is
-    refused naming both."""
-    from .flavors.webdataset.sample_decoder import open_options
-
-    decoder = user_decoder(task_encoder, _NO_DECODER)  # megatron.energon's class default: image_decode= decides
-    if decoder is _NO_DECODER:
-        return open_kwargs
-    out = dict(open_kwargs)
-    for name, value in open_options(decoder).items():
-        if name in out and out[name] != value:
-            raise OptionError(
-                f"{where or 'get_train_dataset'}: {name}={out[name]!r} contradicts the task encoder's decoder "
-                f"{decoder!r} (which asks for {name}={value!r}); give one of them"
-            )
-        out[name] = value
-    return out
-
-
-_NO_DECODER = object()
 
 
 def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
@@ -273,8 +254,9 @@ def RepeatDataset(
 ) -> DatasetSpec:
     """Energon's ``RepeatDataset``: the dataset again each time it ends, ``repeats`` times (``None``:
     endlessly; a fraction reads part of the last time); with ``restart=False`` a loader that read
-    all its repeats yields nothing more."""
+    all its repeats yields nothing more.  ``worker_config``: the dataset's, or refused (:mod:`.wrapper_config`)."""
     _check_spec(dataset, "RepeatDataset")
+    check_wrapper_config(dataset, worker_config, "RepeatDataset")
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, (int, float)) or not repeats > 0):
         raise OptionError(f"RepeatDataset(repeats={repeats!r}): give a number of repeats > 0, or None (endlessly)")
     return replace(dataset, wrappers=(*dataset.wrappers, Repeat(repeats, bool(restart))))
@@ -286,8 +268,10 @@ def LimitDataset(
     """Energon's ``LimitDataset``: each ``for`` over the loader yields at most ``length`` batches
     (split over each rank's workers as Energon does), then the wrapped dataset starts again, so
     every full pass yields the same batches (Energon 7.4.1 resets it also with
-    ``reset_after_epoch=False``); a pass left early continues at the next ``for``."""
+    ``reset_after_epoch=False``); a pass left early continues at the next ``for``.  ``worker_config``: the
+    dataset's, or refused (:mod:`.wrapper_config`)."""
     _check_spec(dataset, "LimitDataset")
+    check_wrapper_config(dataset, worker_config, "LimitDataset")
     check_int(length, "length", minimum=1, where="LimitDataset")
     return replace(dataset, wrappers=(*dataset.wrappers, Limit(int(length), bool(reset_after_epoch))))
 

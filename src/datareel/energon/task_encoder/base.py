@@ -33,7 +33,9 @@ def stateless(
 ) -> Any:
     """Energon's marker for hooks without hidden state.  ``restore_seeds=True``: the global ``random``,
     ``numpy.random`` and ``torch`` generators are seeded per sample (by ``(seed, reel position)``) while
-    the hook runs, the same on every topology and after every restore.  The function is returned itself."""
+    the hook runs, the same on every topology and after every restore.  ``failure_tolerance`` is recorded and
+    refused where a dataset is made (:mod:`.tolerance`: datareel keeps no count of consecutive failures).  The
+    function is returned itself."""
     if fn is None:
         return lambda f: stateless(f, restore_seeds=restore_seeds, failure_tolerance=failure_tolerance)
     fn.__stateless__ = True  # type: ignore[attr-defined]

@@ -7,6 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from ...errors import OptionError, check_int
+from ..task_encoder.tolerance import check_wrapper_tolerance
+from ..wrapper_config import check_wrapper_config
 from .base import composed, spec_of
 
 
@@ -24,8 +26,11 @@ def BatchDataset(
 ) -> Any:
     """Batches of ``batch_size`` items of ``dataset`` made by ``batcher(items)``; ``drop_last`` drops a
     read-in-order dataset's last partial batch (an endless one has none).  ``error_handler`` is told of a
-    failing item, as ``get_train_dataset(handler=)`` is."""
+    failing item, as ``get_train_dataset(handler=)`` is.  ``failure_tolerance`` other than Energon's 100 and a
+    ``worker_config`` other than the dataset's are refused by name (never dropped)."""
     spec = spec_of(dataset, "BatchDataset")
+    check_wrapper_tolerance(failure_tolerance, "BatchDataset")
+    check_wrapper_config(spec, worker_config, "BatchDataset")
     check_int(batch_size, "batch_size", minimum=1, where="BatchDataset")
     if spec.batch_size is not None:
         raise OptionError(

@@ -8,6 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from ...errors import OptionError
+from ..task_encoder.tolerance import check_wrapper_tolerance
+from ..wrapper_config import check_wrapper_config
 from .base import composed, spec_of
 
 
@@ -20,10 +22,13 @@ def MapDataset(
     map_fn_config: Any = None,
     failure_tolerance: int = 100,
 ) -> Any:
-    """``dataset`` with ``map_fn`` applied to each of its items, in the workers (``stateless_map_fn``,
-    ``map_fn_config`` and ``failure_tolerance`` describe the function to Energon's checkpoints and logs;
-    datareel's restores never replay it).  A generator ``map_fn`` (several items per item) is refused."""
+    """``dataset`` with ``map_fn`` applied to each of its items, in the workers (``stateless_map_fn`` and
+    ``map_fn_config`` describe the function to Energon's checkpoints and logs; datareel's restores never replay
+    it).  ``failure_tolerance`` other than Energon's 100 is refused (datareel keeps no count of failures), as is
+    a ``worker_config`` other than the dataset's.  A generator ``map_fn`` (several items per item) is refused."""
     spec = spec_of(dataset, "MapDataset")
+    check_wrapper_tolerance(failure_tolerance, "MapDataset")
+    check_wrapper_config(spec, worker_config, "MapDataset")
     if not callable(map_fn):
         raise OptionError(f"MapDataset: map_fn={map_fn!r} is not callable")
     if inspect.isgeneratorfunction(map_fn):
