@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from datareel import OptionError
+from datareel import DatasetError, OptionError
 from datareel import energon as den
 from datareel.energon.dataset_config import get_dataset_from_config
 
@@ -131,3 +131,34 @@ def test_get_dataset_from_config_reads_shuffle_over_epochs_the_same_way(texts):
     with pytest.raises(OptionError, match=r"get_dataset_from_config: shuffle_over_epochs=1.0 \(float\)"):
         get_dataset_from_config(str(texts), worker_config=config, shuffle_over_epochs=1.0)
     assert get_dataset_from_config(str(texts), worker_config=config, shuffle_over_epochs=True) is not None
+
+
+YAML_FAMILY = [(True, 1), (2, 2), (-1, -1), (None, None), (1.0, REFUSED), (-1.0, REFUSED), ("2", REFUSED)]
+YAML_FAMILY += [(0, REFUSED), (False, REFUSED)]  # Energon loads the metadataset, then its sample loader asserts
+
+
+@pytest.mark.parametrize("value,canonical", YAML_FAMILY, ids=[f"{type(v).__name__}-{v!r}" for v, _ in YAML_FAMILY])
+def test_a_metadataset_multiplier_means_what_it_means_to_megatron_energon(texts, tmp_path, value, canonical):
+    """A metadataset YAML's value (Energon reads it as ``Optional[int]``: ``true`` is 1, every float refused) through
+    the facade's ``load_dataset(...).get_datasets`` beside megatron.energon's own train loader of the YAML."""
+    import yaml
+
+    from datareel.energon.metadataset import load_dataset
+
+    header = {"__module__": "megatron.energon", "__class__": "MetadatasetV2"}
+    node = {"weight": 1, "path": str(texts), "shuffle_over_epochs_multiplier": value}
+    path = tmp_path / "mds.yaml"
+    path.write_text(yaml.safe_dump({**header, "splits": {"train": {"blend": [node]}}}))
+    theirs = keys(me, path, 1)  # the argument multiplies the YAML's value: 1 leaves it
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    try:
+        ours = load_dataset(path).get_datasets(training=True, split_part="train", worker_config=config)
+    except Exception as exc:  # the test compares what each library does
+        ours = exc
+    if canonical is REFUSED:
+        assert isinstance(theirs, Exception), theirs[:5]
+        assert isinstance(ours, DatasetError) and f"shuffle_over_epochs_multiplier={value!r}" in str(ours), ours
+        return
+    assert not isinstance(theirs, Exception), theirs
+    assert not isinstance(ours, Exception), ours
+    assert ours.datasets[0].dataset.shuffled == (canonical is not None)

@@ -5,8 +5,10 @@ permutation of the slices repeated ``k`` times): its check is ``k is None or k =
 repeats a ``list`` ``k`` times.  So it accepts what compares that way *and* repeats a list: an ``int`` (``True``
 repeats it once: ``1``), a numpy integer, and a float equal to ``-1`` (never multiplied); and it refuses
 ``False``, ``0``, ``-2`` (its assertion), a float ``k >= 1`` such as ``1.0`` or ``2.0``, a numpy bool and a
-string (a ``TypeError`` when its workers first shuffle).  tests/energon/test_energon_multiplier.py runs both
-beside each other over that family.  datareel refuses the same values here, by name, before any data moves.
+string (a ``TypeError`` when its workers first shuffle).  In a metadataset YAML it reads the value as
+``Optional[int]``: ``true`` is 1 there too, and every float is refused, ``-1.0`` included.
+tests/energon/test_energon_multiplier.py runs both beside each other over that family.  datareel refuses the
+same values here, by name, before any data moves.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from ..errors import OptionError
 ENDLESS = -1
 
 
-def energon_multiplier(value: object, where: str = "", name: str = "shuffle_over_epochs_multiplier") -> int | None:
+def energon_multiplier(
+    value: object, where: str = "", name: str = "shuffle_over_epochs_multiplier", *, yaml: bool = False
+) -> int | None:
     """``value`` as Energon means it: ``None``, ``-1`` or an ``int`` ``>= 1``; else a named :class:`OptionError`
-    (``where``: what the message starts with, e.g. ``"get_train_dataset: "``)."""
+    (``where``: what the message starts with, e.g. ``"get_train_dataset: "``).  ``yaml``: a metadataset's value,
+    which Energon reads as ``Optional[int]`` (a float, ``-1.0`` too, is refused there; ``true`` is 1)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -31,11 +36,11 @@ def energon_multiplier(value: object, where: str = "", name: str = "shuffle_over
     elif isinstance(value, (int, np.integer)):
         if value == ENDLESS or value >= 1:
             return int(value)
-    elif isinstance(value, numbers.Real) and not isinstance(value, np.bool_) and value == ENDLESS:
+    elif not yaml and isinstance(value, numbers.Real) and not isinstance(value, np.bool_) and value == ENDLESS:
         return ENDLESS  # Energon compares it with -1 and never multiplies by it
     fix = f"{name}=1 (the default)"
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and float(value).is_integer():
-        fix = f"an int: {name}={int(value)}" if value >= 1 else fix
+        fix = f"an int: {name}={int(value)}" if value >= 1 or value == ENDLESS else fix
     elif isinstance(value, str) and value.strip().lstrip("-").isdigit() and (int(value) == ENDLESS or int(value) >= 1):
         fix = f"an int, not a string: {name}={int(value)}"
     raise OptionError(

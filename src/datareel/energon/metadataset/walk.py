@@ -136,7 +136,7 @@ def _reference(
 ) -> LoadedDatasetList:
     subflavors = _merged(node.get("subflavors"), subflavors, where)
     try:
-        own = energon_multiplier(node.get("shuffle_over_epochs_multiplier", 1))
+        own = energon_multiplier(node.get("shuffle_over_epochs_multiplier", 1), yaml=True)
     except OptionError as exc:
         raise DatasetError(f"{where}.{exc}") from None
     multiplier = combine(multiplier, own)
