@@ -75,11 +75,12 @@ def texts(tmp_path_factory):
     return root
 
 
-KEPT = ("datareel-blocks-", "pymp-", "torchelastic_")
+KEPT = ("datareel-blocks-", "pymp-", "torchelastic_", "torchinductor_")
 """What may stay in the session's temp dir (pytest removes it with the session's directory): the node's block
 cache (:mod:`datareel.storage.node_cache`), which is meant to outlive every process; and what others make in
 the processes tests start and do not remove: Python's multiprocessing directory of a process that ended by
-``os._exit`` or a signal, torchrun's log directory when it is given no ``--log-dir``."""
+``os._exit`` or a signal, torchrun's log directory when it is given no ``--log-dir``; torch's compile cache
+(``torchinductor_<user>``), which torch keeps across processes by design."""
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -260,12 +260,14 @@ def test_a_shard_ending_with_non_sample_members_prepares_and_reads_as_energons(t
 
 
 def test_a_directory_named_like_a_shard_is_not_a_shard(tmp_path):
+    """An empty directory named *.tar is no shard, and prepare names it rather than leaving it out unsaid."""
     from datareel.cli.prepare import prepare_webdataset
     from wds_helpers import write_shard
 
     write_shard(tmp_path / "a-0.tar", [("k", {"txt": b"x"})])
     (tmp_path / "extra.tar").mkdir()
-    assert prepare_webdataset(tmp_path, progress=False).shards == 1
+    with pytest.raises(datareel.DatasetError, match=r"extra\.tar is a directory, not a tar shard"):
+        prepare_webdataset(tmp_path, progress=False)
 
 
 @pytest.mark.parametrize(
