@@ -180,3 +180,17 @@ def test_a_wrapper_with_the_datasets_worker_config_reads_as_energons(texts, wrap
     for given in (config, den.WorkerConfig(**own), me.WorkerConfig(**own), None):
         got = [b for _, b in zip(range(20), den.get_loader(wrapped(den, dataset, wrapper, given)))]
         assert got == expected
+
+
+@pytest.mark.parametrize("lib", [den, me], ids=["facade-cooker", "megatron-cooker"])
+def test_a_cooker_marked_with_a_failure_tolerance_is_refused_by_name(texts, lib):
+    """Energon counts a cooker's failures too (its ``cook`` function's tolerance)."""
+
+    def cook(sample):
+        return sample
+
+    class Cooks(lib.DefaultTaskEncoder):
+        cookers = [lib.Cooker(lib.stateless(failure_tolerance=2)(cook))]
+
+    with pytest.raises(OptionError, match=r"cooker 'cook' \(failure_tolerance=2\)"):
+        train(den, texts, Cooks())
