@@ -112,6 +112,21 @@ SETTINGS: tuple[Setting, ...] = (
 """Every variable, in the order docs/operating.md lists them."""
 
 
+def byte_count(name: str, default: int, meaning: str, *, least: int = 0, otherwise: str = "") -> int:
+    """The whole number of bytes the variable ``name`` gives (``default`` where unset), or an
+    :class:`OptionError` naming the value, the rule (at least ``least``), ``meaning``, the default and
+    ``otherwise`` (another way to get what the user may have meant)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    if not text.strip().isdigit() or int(text) < least:
+        at_least = f" >= {least}" if least else ""
+        raise OptionError(
+            f"{name}={text!r} must be a whole number of bytes{at_least} ({meaning}; default {default}){otherwise}"
+        )
+    return int(text)
+
+
 def problems(environ: dict[str, str] | None = None) -> list[str]:
     """What is wrong with the ``DATAREEL_*`` variables set now (each check's message, once each)."""
     env = os.environ if environ is None else environ

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from ..errors import OptionError
+from ..settings import byte_count
 from .block_files import BlockKey, parse
 from .block_files import remove_unheld as _remove_unheld
 from .block_files import touch as _touch
@@ -235,15 +236,13 @@ def configured() -> tuple[str | None, int]:
 
 def limit() -> int:
     """``DATAREEL_NODE_CACHE_BYTES`` checked (the default where unset)."""
-    text = os.environ.get(ENV_BYTES)
-    if text is None:
-        return DEFAULT_BYTES
-    if not text.strip().isdigit() or int(text) < 1:
-        raise OptionError(
-            f"{ENV_BYTES}={text!r} must be a whole number of bytes >= 1 (the node-local block cache's "
-            f"limit; default {DEFAULT_BYTES}), or set {ENV_DIR}=off to turn the cache off"
-        )
-    return int(text)
+    return byte_count(
+        ENV_BYTES,
+        DEFAULT_BYTES,
+        "the node-local block cache's limit",
+        least=1,
+        otherwise=f", or set {ENV_DIR}=off to turn the cache off",
+    )
 
 
 def directory() -> str | None:

@@ -10,13 +10,12 @@ it does not find).  A block fetched ahead and never read goes first when room is
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ...errors import OptionError
+from ...settings import byte_count
 from ...storage.hints import hint_failure
 
 ENV_AHEAD_BYTES = "DATAREEL_LOOKAHEAD_BYTES"
@@ -25,21 +24,14 @@ Range = tuple[str, int, int]  # (shard url, start, stop)
 Fetch = Callable[[list[Range]], dict[Range, bytes]]
 
 
-def ahead_limit(text: str | None) -> int:
-    """``DATAREEL_LOOKAHEAD_BYTES`` checked (``None``: the default)."""
-    if text is None:
-        return AHEAD_BYTES
-    if not text.strip().isdigit():
-        raise OptionError(
-            f"{ENV_AHEAD_BYTES}={text!r} must be a whole number of bytes (blocks each reading process fetches ahead "
-            f"of the micro-batch it makes; default {AHEAD_BYTES}; 0 turns lookahead off)"
-        )
-    return int(text)
-
-
 def configured_limit() -> int:
-    """``DATAREEL_LOOKAHEAD_BYTES`` from the environment, checked."""
-    return ahead_limit(os.environ.get(ENV_AHEAD_BYTES))
+    """``DATAREEL_LOOKAHEAD_BYTES`` from the environment, checked (the default where unset)."""
+    return byte_count(
+        ENV_AHEAD_BYTES,
+        AHEAD_BYTES,
+        "blocks each reading process fetches ahead of the micro-batch it makes",
+        otherwise="; 0 turns lookahead off",
+    )
 
 
 class Ahead:

@@ -7,7 +7,7 @@ import os
 import threading
 from collections import OrderedDict
 
-from ...errors import OptionError
+from ...settings import byte_count
 
 ENV_CACHE_BYTES = "DATAREEL_BLOCK_CACHE_BYTES"
 CACHE_BYTES = 256 << 20
@@ -71,15 +71,12 @@ _PER_PROCESS: dict[int, SampleCache] = {}
 
 def cache_limit() -> int:
     """``DATAREEL_BLOCK_CACHE_BYTES`` checked (the default where unset)."""
-    text = os.environ.get(ENV_CACHE_BYTES)
-    if text is None:
-        return CACHE_BYTES
-    if not text.strip().isdigit():
-        raise OptionError(
-            f"{ENV_CACHE_BYTES}={text!r} must be a whole number of bytes (raw samples each process keeps "
-            f"from the blocks it read; default {CACHE_BYTES}; 0 keeps none)"
-        )
-    return int(text)
+    return byte_count(
+        ENV_CACHE_BYTES,
+        CACHE_BYTES,
+        "raw samples each process keeps from the blocks it read",
+        otherwise="; 0 keeps none",
+    )
 
 
 def sample_cache() -> SampleCache:
