@@ -461,9 +461,7 @@ def test_split_and_dataset_files_are_named_inside_the_dataset(tmp_path, option):
 
 
 def test_a_remote_dataset_naming_keys_outside_its_prefix_is_refused(tmp_path):
-    from test_remote import upload
-
-    from s3_server import make_bucket, s3_server
+    from s3_server import make_bucket, s3_server, upload
 
     root = world(tmp_path)
     with s3_server():
