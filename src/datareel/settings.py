@@ -119,12 +119,13 @@ def byte_count(name: str, default: int, meaning: str, *, least: int = 0, otherwi
     text = os.environ.get(name)
     if text is None:
         return default
-    if not text.strip().isdigit() or int(text) < least:
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdecimal()) or int(digits) < least:  # not '²' nor '٣'
         at_least = f" >= {least}" if least else ""
         raise OptionError(
             f"{name}={text!r} must be a whole number of bytes{at_least} ({meaning}; default {default}){otherwise}"
         )
-    return int(text)
+    return int(digits)
 
 
 def problems(environ: dict[str, str] | None = None) -> list[str]:

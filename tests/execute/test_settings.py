@@ -176,3 +176,59 @@ def test_the_issue_cases_are_reported_before_training(fresh, monkeypatch, blocks
             _keys(_bucket_like(blocks_root), steps=1)
         monkeypatch.delenv(name)
     assert _keys(_bucket_like(blocks_root), steps=2)[1] == 8
+
+
+# Unicode digits: str.isdigit() takes '²' and '٣', int() refuses '²' (a bare ValueError) and float()/int() read
+# '٣' as 3. A number in a setting, a multiplier or a --key path is ASCII digits; anything else is refused by name.
+NON_ASCII_DIGITS = ("²", "٣", "١٢", " ² ")
+TEXT = ("DATAREEL_NODE_CACHE", "DATAREEL_S3_CLIENT", "DATAREEL_MAX_DECOMPRESSED")  # the last: formats' parser
+NUMBERED = [s for s in SETTINGS if s.name not in TEXT]
+
+
+@pytest.mark.parametrize("value", NON_ASCII_DIGITS)
+@pytest.mark.parametrize("setting", SETTINGS, ids=[s.name for s in SETTINGS])
+def test_a_non_ascii_digit_is_refused_by_name(fresh, monkeypatch, tmp_path, setting, value):
+    """Each registered variable: '²' is never a bare ValueError (the named OptionError, or a value the setting
+    reads as text, e.g. a directory name); a number setting refuses every non-ASCII digit."""
+    monkeypatch.chdir(tmp_path)  # DATAREEL_NODE_CACHE=² is a directory name, made here
+    monkeypatch.setenv(setting.name, value)
+    try:
+        datareel.Loader(list(range(10)), global_batch_size=2, micro_batch_size=2, rank=0, world_size=1)
+    except OptionError as exc:
+        assert setting.name in str(exc) and value.strip() in str(exc)
+    else:
+        assert setting not in NUMBERED, f"{setting.name}={value!r} was read as a number"
+
+
+@pytest.mark.parametrize("setting", NUMBERED, ids=[s.name for s in NUMBERED])
+def test_ascii_digits_with_spaces_are_read_where_spaces_are_stripped(fresh, monkeypatch, setting):
+    monkeypatch.setenv(setting.name, "12")
+    check_environment()
+    monkeypatch.setenv(setting.name, " 12 ")
+    try:
+        check_environment()
+    except OptionError as exc:  # the settings that do not strip refuse it by name, never a bare ValueError
+        assert f"{setting.name}=' 12 '" in str(exc)
+
+
+@pytest.mark.parametrize("value", ["²", "-²", "٣", "--3"])
+def test_a_multiplier_string_of_non_ascii_digits_is_refused_by_name(value):
+    from datareel.energon.multiplier import energon_multiplier
+
+    with pytest.raises(OptionError, match="shuffle_over_epochs_multiplier=1 \\(the default\\)"):
+        energon_multiplier(value)
+    with pytest.raises(OptionError, match="an int, not a string: shuffle_over_epochs_multiplier=3"):
+        energon_multiplier(" 3 ")
+
+
+@pytest.mark.parametrize("part", ["²", "٣", "0²"])
+def test_inspect_key_with_a_non_ascii_digit_is_refused_by_name(tmp_path, capsys, part):
+    from datareel.cli import main
+
+    state = datareel.Loader(list(range(8)), global_batch_size=4, micro_batch_size=4).state_dict()
+    path = tmp_path / "s.json"
+    path.write_text(__import__("json").dumps({"a": [state, state]}))
+    assert main(["inspect", str(path), "--key", "a.0", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--key", f"a.{part}"]) == 1
+    assert f"no {part!r} there" in capsys.readouterr().err

@@ -157,7 +157,7 @@ def _at(content: Any, key: str, path: Path) -> dict[str, Any]:
     for part in key.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, (list, tuple)) and part.isascii() and part.isdecimal() and int(part) < len(node):
             node = node[int(part)]
         else:
             there = sorted(map(str, node))[:12] if isinstance(node, dict) else type(node).__name__

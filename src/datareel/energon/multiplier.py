@@ -41,10 +41,18 @@ def energon_multiplier(
     fix = f"{name}=1 (the default)"
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and float(value).is_integer():
         fix = f"an int: {name}={int(value)}" if value >= 1 or value == ENDLESS else fix
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit() and (int(value) == ENDLESS or int(value) >= 1):
-        fix = f"an int, not a string: {name}={int(value)}"
+    elif isinstance(value, str) and (number := _integer(value)) is not None and (number == ENDLESS or number >= 1):
+        fix = f"an int, not a string: {name}={number}"
     raise OptionError(
         f"{where}{name}={value!r} ({type(value).__name__}) is not a multiplier megatron.energon accepts: it must be "
         f"None (read in order), -1 (draw with replacement, for ever) or an integer k >= 1 (each sample k times in k "
         f"epochs; 1: a shuffle each epoch); pass {fix}"
     )
+
+
+def _integer(text: str) -> int | None:
+    """The whole number ``text`` spells in ASCII digits (an optional ``-``; spaces around), else ``None``:
+    ``str.isdigit`` also takes ``'²'``, which ``int()`` refuses."""
+    digits = text.strip()
+    unsigned = digits[1:] if digits.startswith("-") else digits
+    return int(digits) if unsigned.isascii() and unsigned.isdecimal() else None

@@ -126,7 +126,7 @@ def max_open() -> int:
     if value is None:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         return 1024 if soft == resource.RLIM_INFINITY else max(1, min(1024, soft // 4))
-    if not value.isdigit() or not 1 <= int(value) <= 65536:
+    if not (value.isascii() and value.isdecimal()) or not 1 <= int(value) <= 65536:  # ASCII digits only
         raise OptionError(
             f"{ENV_MAX_OPEN}={value!r} must be a whole number from 1 to 65536 (shards each reading "
             f"process keeps open; each holds 1 descriptor, 2 where its index is mapped)"

@@ -49,7 +49,7 @@ def gets_of(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[tuple[in
 def concurrency() -> int:
     """Ranged GETs one process keeps in flight for a micro-batch: ``DATAREEL_REMOTE_CONCURRENCY`` (default 8)."""
     value = os.environ.get("DATAREEL_REMOTE_CONCURRENCY", str(DEFAULT_CONCURRENCY))
-    if not value.isdigit() or not 1 <= int(value) <= 256:
+    if not (value.isascii() and value.isdecimal()) or not 1 <= int(value) <= 256:  # ASCII digits only
         raise OptionError(
             f"DATAREEL_REMOTE_CONCURRENCY={value!r} must be a whole number from 1 to 256 (GETs in flight per process)"
         )

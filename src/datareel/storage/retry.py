@@ -58,9 +58,10 @@ class Retry:
         values: dict[str, Any] = {}
         attempts = os.environ.get(ENV_ATTEMPTS)
         if attempts is not None:
-            if not attempts.strip().isdigit() or not 1 <= int(attempts) <= 100:
+            digits = attempts.strip()
+            if not (digits.isascii() and digits.isdecimal()) or not 1 <= int(digits) <= 100:
                 raise OptionError(f"{ENV_ATTEMPTS}={attempts!r} must be a whole number of tries from 1 to 100")
-            values["attempts"] = int(attempts)
+            values["attempts"] = int(digits)
         timeout = os.environ.get(ENV_TIMEOUT)
         if timeout is not None:
             values["connect_timeout"] = values["read_timeout"] = _seconds(timeout, ENV_TIMEOUT, minimum=0.001)
@@ -88,7 +89,9 @@ def _seconds(value: Any, name: str, *, minimum: float, maximum: float = 600) -> 
     """``value`` (a number, or its text from an environment variable) as seconds in ``[minimum, maximum]``."""
     number = value
     if isinstance(value, str):
-        try:
+        try:  # float() also reads '٣' (a non-ASCII digit): refused, as the whole-number settings refuse it
+            if not value.isascii():
+                raise ValueError(value)
             number = float(value)
         except ValueError:
             number = None
