@@ -194,10 +194,10 @@ def refuse_energon_state(state: Any, where: str) -> None:
             raise ForeignStateError(
                 f"{where}: this is {what} written by Megatron-Energon's own savable loader{at} (megatron.energon's "
                 f"{kind}: worker_states, next_worker_id, its workers' iterator positions, which "
-                f"cannot be converted into a datareel cursor). datareel cannot continue it yet (adopting "
-                f"megatron.energon states is planned: issue 38). Start the datareel.energon loader fresh (restore "
-                f"nothing: it reads from the first sample of its order, so samples this job already trained on "
-                f"come again), or keep this job on megatron.energon until then"
+                f"cannot be converted into a datareel cursor). This datareel version cannot continue it "
+                f"(adopting megatron.energon states is planned for a later version). Start the datareel.energon "
+                f"loader fresh (restore nothing: it reads from the first sample of its order, so samples this job "
+                f"already trained on come again), or keep this job on megatron.energon until then"
             )
 
 
