@@ -195,7 +195,16 @@ class OpenShards:
         thread reading at that moment."""
         with self._lock:
             handle = self.get(path, opener)
-            handle.pin()  # under the lock: no eviction came between get and pin
+            if not handle.pin():  # under the lock: no eviction came between get and pin, so it was closed
+                # outside the set (a direct close()): drop the stale entry and open the shard afresh
+                if self._open.get(path) is handle:
+                    del self._open[path]
+                handle = self.get(path, opener)
+                if not handle.pin():
+                    raise StorageError(
+                        f"cannot read {path}: its opener returned a handle that is closed already; an opener "
+                        f"passed to OpenShards must return a newly opened Handle"
+                    )
         try:
             yield handle
         finally:
