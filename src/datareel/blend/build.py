@@ -8,6 +8,7 @@ from ..errors import DatareelError, OptionError
 from ..plan.nodes import ConcatNode, LeafNode, Node, ReelPlan, SplitNode, compile_mix
 from ..plan.rng import name_key
 from ..sources.base import Source
+from .distinct import check_distinct
 from .tree import MAX_DENOMINATOR, Blend, Concat, EpochizedMix, Mix, length_of
 
 
@@ -24,6 +25,7 @@ def build_plan(dataset: Source | Blend, *, seed: int, shuffle: bool) -> tuple[Re
         return plan, [dataset]
     leaves: list[Source] = []
     root = _node(dataset, seed, shuffle, leaves, "0")
+    check_distinct(leaves, dataset.name)  # leaves the state could not tell apart (see .distinct)
     return ReelPlan(root=root, epoch_length=dataset.size_hint()), leaves
 
 
