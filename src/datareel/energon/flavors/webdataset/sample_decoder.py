@@ -3,8 +3,10 @@ on a task encoder; :meth:`SampleDecoder.decode` for one file of a :class:`~datar
 
 The parts are decoded by datareel's part decoder (:class:`datareel.formats.webdataset.decode.PartDecoder`:
 webdataset's handlers, images per ``image_decode``), with datareel's one deliberate difference: pickle
-parts stay ``bytes`` (unpickling runs code from the dataset).  Audio and video parts become an
-:class:`~datareel.energon.av.AVDecoder` as in Energon, which needs PyAV to decode (and says so when used).
+parts stay ``bytes`` (unpickling runs code from the dataset).  :meth:`SampleDecoder.decode` (a file store's
+file, a cooker's part) makes audio and video parts an :class:`~datareel.energon.av.AVDecoder` as in Energon,
+which needs PyAV to decode (and says so when used); a task encoder's decoder does not: datareel's readers
+leave those parts as their bytes, and a non-default ``av_decode`` / ``video_decode_audio`` there is refused.
 ``guess_content=True`` picks the handler by the bytes (the ``filetype`` package), as Energon does.
 """
 
@@ -105,4 +107,16 @@ def open_options(decoder: Any) -> dict[str, Any]:
             "SampleDecoder(guess_content=True) on a task encoder: datareel's readers decode by extension; decode "
             "by content in a cooker (SampleDecoder(guess_content=True).decode(name, raw)) instead"
         )
+    changed = {k: config[k] for k, v in _AV_DEFAULTS.items() if config[k] != v}
+    if changed:  # the readers leave audio/video parts as their bytes: these would change nothing
+        args = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+        raise OptionError(
+            f"SampleDecoder({args}) on a task encoder: datareel's readers leave audio and video parts as their raw "
+            f"bytes, so this would change nothing; keep the defaults ({_DEFAULT_AV}) and decode those parts in a "
+            f"cooker with SampleDecoder({args}).decode(name, raw)"
+        )
     return {"image_decode": config["image_decode"]}
+
+
+_AV_DEFAULTS = {"av_decode": "AVDecoder", "video_decode_audio": False}
+_DEFAULT_AV = ", ".join(f"{k}={v!r}" for k, v in _AV_DEFAULTS.items())
