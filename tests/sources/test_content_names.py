@@ -1,4 +1,4 @@
-"""What keys a prepared dataset's order (issue 36 item 12): its content and split, not its folder's name.
+"""What keys a prepared dataset's order (issue 36 item 12): its split and its layout in .nv-meta, not its folder's name.
 
 Three copies of one dataset — prepared locally in ``ds/``, that directory uploaded to ``s3://bkt/localprep``,
 and the raw shards uploaded to ``s3://bkt/raw`` and prepared there — read in one order with the same Loader

@@ -41,8 +41,9 @@ def open_dataset(
     ``decode=False`` keeps every part as bytes; pickle parts stay bytes and ``.pth`` loads
     tensors only unless ``decode="trusted"`` (unpickling runs code from the dataset).
     ``name`` keys the shuffle and goes into checkpoints. A prepared directory's default is its split
-    and a digest of its prepared content (``train@3f0c9a51d2e47b86``: shards, counts, excluded keys; see
-    :mod:`datareel.formats.webdataset.naming`), the same for every copy wherever it lives. A checkpoint
+    and a digest of its layout in ``.nv-meta`` (``train@3f0c9a51d2e47b86``: shard paths, counts, excluded
+    keys, not the bytes; see :mod:`datareel.formats.webdataset.naming`), the same for every copy wherever it
+    lives and for other datasets of the same layout: name those (a blend of them is refused). A checkpoint
     saved before that rule (``ds/train``: the folder and split) continues with ``name="ds/train"``.
 
     Example::

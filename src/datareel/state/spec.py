@@ -200,7 +200,8 @@ def _legacy(saved: list[Any], now: list[Any]) -> str:
         isinstance(n, str) and CONTENT_NAME.fullmatch(n) for n in saved
     ):
         return (
-            ". (A prepared directory's default name is now its split and a digest of its content, the same for "
-            "every copy wherever it lives; a state written before that named it by its folder, as in 'ds/train'.)"
+            ". (A prepared directory's default name is now its split and a digest of its layout in .nv-meta: "
+            "shard paths, sample counts, excluded keys, the same for every copy wherever it lives; a state written "
+            "before that named it by its folder, as in 'ds/train'.)"
         )
     return ""

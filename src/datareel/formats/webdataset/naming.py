@@ -4,10 +4,15 @@ A source's name keys its shuffle and goes into checkpoints (:mod:`datareel.state
 for every copy of the same prepared data: the directory prepared locally, that directory uploaded to a
 bucket, and the same raw shards prepared again elsewhere.  The folder's name differs between them; what
 ``.nv-meta`` records about the split does not.  The default name is therefore the split and a digest of its
-prepared content: the split's shard paths (relative to the dataset, in the split's order), each shard's
-sample count, and the samples the split excludes by key::
+layout in ``.nv-meta`` (read at open; no shard is read for it): the split's shard paths (relative to the
+dataset, in the split's order), each shard's sample count, and the samples the split excludes by key::
 
     train@3f0c9a51d2e47b86
+
+It is a digest of the layout, not of the bytes: identical for copies of the same prepared data, and equally
+for *different* datasets with the same layout (same shard paths and counts, other bytes), which then share
+one name, one order and each other's checkpoints.  Give such datasets a ``name=``; in one blend they are
+refused (:mod:`datareel.blend.distinct`), since a state could not tell them apart.
 
 A deliberate ``name=`` wins (``open_dataset(path, name="corpus")``), and is how a checkpoint written before
 this rule (when the default was ``<folder>/<split>``, e.g. ``ds/train``) keeps its order:
@@ -28,7 +33,7 @@ NAME_DOMAIN = "datareel.webdataset.content:1"
 
 def content_name(label: str, split: Split, counts: Sequence[int]) -> str:
     """``"<label>@<16 hex digits>"``: the split's label (``train``; ``all`` for every shard) and BLAKE2b (8 bytes)
-    of its shards, their sample ``counts`` and the keys it excludes."""
+    of its shard paths, their sample ``counts`` and the keys it excludes (its layout, not its bytes)."""
     record = [
         NAME_DOMAIN,
         label,
