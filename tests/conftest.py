@@ -75,12 +75,14 @@ def texts(tmp_path_factory):
     return root
 
 
-KEPT = ("datareel-blocks-", "pymp-", "torchelastic_", "torchinductor_")
-"""What may stay in the session's temp dir (pytest removes it with the session's directory): the node's block
-cache (:mod:`datareel.storage.node_cache`), which is meant to outlive every process; and what others make in
-the processes tests start and do not remove: Python's multiprocessing directory of a process that ended by
+KEPT = ("pymp-", "torchelastic_", "torchinductor_")
+"""What may stay in the session's temp dir (pytest removes it with the session's directory): what others make
+in the processes tests start and do not remove: Python's multiprocessing directory of a process that ended by
 ``os._exit`` or a signal, torchrun's log directory when it is given no ``--log-dir``; torch's compile cache
-(``torchinductor_<user>``), which torch keeps across processes by design."""
+(``torchinductor_<user>``), which torch keeps across processes by design.  The node's block cache
+(:mod:`datareel.storage.node_cache`, meant to outlive every process) is not among them: the session points
+``DATAREEL_NODE_CACHE`` at a directory of its own, so a default cache directory in the temp dir is a test or a
+code path that does not read the variable."""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -90,15 +92,18 @@ def _session_temp_dir(tmp_path_factory):
     library code removes its temporary directories. Only this session writes there: no false alarm from
     other processes on the machine."""
     ours = tmp_path_factory.mktemp("system-tmp", numbered=False)
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    node = tmp_path_factory.mktemp("node-cache", numbered=False)
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir, os.environ.get("DATAREEL_NODE_CACHE")
     os.environ["TMPDIR"] = tempfile.tempdir = str(ours)
+    os.environ.setdefault("DATAREEL_NODE_CACHE", str(node))  # a test of the default sets tempfile.tempdir itself
     try:
         yield ours
     finally:
-        if saved[0] is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved[0]
+        for name, value in (("TMPDIR", saved[0]), ("DATAREEL_NODE_CACHE", saved[2])):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         tempfile.tempdir = saved[1]
     left = leftovers(ours)
     if left:
