@@ -72,7 +72,8 @@ def _keys(loader, batches: int) -> list:
 @pytest.mark.parametrize("case", ["plain", "mixed", "packed", "ramp-up"])
 def test_block_shuffle_from_a_bucket_restores_everywhere_with_a_shared_cache(datasets, shared_cache, case):
     _, url = datasets
-    a, b = datareel.open_dataset(f"{url}/a"), datareel.open_dataset(f"{url}/b")
+    # a and b share their layout (so their default name): a blend tells them apart by the names given here
+    a, b = datareel.open_dataset(f"{url}/a", name="a"), datareel.open_dataset(f"{url}/b", name="b")
     common: dict = dict(
         global_batch_size=8,
         before=Topology(world_size=2, num_workers=2, micro_batch_size=2),
