@@ -66,6 +66,13 @@ class Source(abc.ABC):
         Sources without ``reads_blocks`` are called without ``block``, as before."""
         return [None] * len(indices)
 
+    def read_columns(self, indices: np.ndarray) -> dict[str, list[Any]] | None:
+        """Samples ``indices`` (int64[k]) as columns, where a source can read a micro-batch so: per key, in
+        the samples' key order, the list of their values (what ``[read(i)[key] for i in indices]`` gives,
+        value for value). ``None`` where it cannot take all of them (the loader then reads them one by one,
+        under the error policy). Default: ``None``."""
+        return None
+
     #: Whether :meth:`read_many` and :meth:`prefetch` take ``block=k`` (the block shuffle's reads).
     reads_blocks: bool = False
 
@@ -187,6 +194,14 @@ class MappedSource(Source):
         for row, sample in zip(rows.tolist(), self.base.read_many(self._map(indices[rows]))):
             out[row] = sample
         return out
+
+    def read_columns(self, indices: np.ndarray) -> dict[str, list[Any]] | None:
+        indices = np.asarray(indices, dtype=np.int64)
+        if type(self).read is not MappedSource.read or not len(indices):
+            return None  # a subclass's own read() is what it reads with
+        if indices.min() < 0 or indices.max() >= len(self):
+            return None  # read() names it
+        return self.base.read_columns(self._map(indices))
 
     def content_digest(self) -> str | None:
         return self.base.content_digest()

@@ -29,6 +29,7 @@ from ...storage import HandleCache, files_for
 from ...storage.path import as_path
 from . import meta
 from .blocks import BlockReads
+from .column_reads import ColumnReads
 from .decode import PartDecoder
 from .explain import unprepared
 from .members import group
@@ -41,7 +42,7 @@ READ_MANY_BYTES = 32 << 20
 """Bytes :meth:`WebDatasetSource.read_many` reads at most at once (big samples: video, large images)."""
 
 
-class WebDatasetSource(ShardReads, BlockReads, Source):
+class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
     """One split of an Energon-prepared dataset directory.
 
     For ``CrudeWebdataset`` a sample is a dict of its parts decoded by extension
@@ -212,6 +213,8 @@ class WebDatasetSource(ShardReads, BlockReads, Source):
     def read(self, index: int) -> Any:
         s, local = self.locate(index)
         return self._sample(s, local, *self._read_raw(s, local))
+
+    _plain_read = read  # what read_columns reads as (a subclass's own read() turns it off)
 
     def read_many(self, indices: np.ndarray, block: int = 1) -> list[Any]:
         """Samples ``indices`` (int64[k]) read together: located in one numpy call, one read each, their
