@@ -39,6 +39,7 @@ from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
 from ..sources.source_info import failure_records, note_records
 from .ahead import Lookahead
+from .columnar import batch_from_columns, columnar
 from .encoder import ResolvedEncoder
 from .options import ON_ERROR, ExecOptions
 from .randomness import sample_context
@@ -61,6 +62,7 @@ class BatchMaker(Dataset):
         self.threads = ThreadMap(options.map_threads) if options.map_threads else None  # the threaded map
         self.lookahead = Lookahead(*options.ahead) if options.ahead is not None else None
         self.blocks = dict(options.read_blocks)  # source id -> samples per block (BlockShuffle)
+        self.columnar = columnar(encoder, options)  # plain micro-batches may be made from columns (.columnar)
 
     # -- one sample -------------------------------------------------------------------------------
     def _read(self, source_id: int, index: int) -> Any:
@@ -238,6 +240,10 @@ class BatchMaker(Dataset):
         self.prefetch(source_ids[fetched], indices[fetched], ahead)
 
     def _make(self, desc: Descriptor) -> Any:
+        if self.columnar:
+            made = batch_from_columns(self.sources, self.names, desc)
+            if made is not None:
+                return made
         ahead = self.lookahead.ahead(desc.positions) if self.lookahead is not None and not desc.planned else None
         self.read_ahead(desc.source_ids, desc.indices, ahead)
         units = self._units(desc, self._members(desc))
