@@ -9,7 +9,7 @@ base=${1:?give the baseline revision}; rounds=${2:-2}; shift $(( $# >= 2 ? 2 : 1
 benches=("$@"); [ ${#benches[@]} -gt 0 ] || benches=(bench_plan bench_restore bench_webdataset)
 tree=$(mktemp -d); trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
 git worktree add --detach "$tree" "$base" >/dev/null
-py=.venv/bin/python
+py=${PY:-.venv/bin/python}
 for bench in "${benches[@]}"; do
   for round in $(seq "$rounds"); do
     echo "== $bench round $round: baseline $base"
