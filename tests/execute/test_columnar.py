@@ -261,16 +261,29 @@ def test_the_columns_are_used_and_hooks_turn_them_off(plain, monkeypatch):
     assert not calls and tagged[0]["tag"].tolist() == [1, 1, 1, 1]  # a per-sample hook: sample by sample
 
 
-def test_a_subclass_with_its_own_read_is_read_sample_by_sample(plain):
+def _tagged_sample(self, *args):
+    return {**type(self).__mro__[1]._sample(self, *args), "tag": 1}
+
+
+@pytest.mark.parametrize(
+    "hook, override",
+    [
+        ("read", lambda self, index: {**type(self).__mro__[1].read(self, index), "mark": index}),
+        ("_sample", _tagged_sample),
+        ("_sources", lambda self, s, local, key, parts: ("custom",)),
+        ("locate", lambda self, index: type(self).__mro__[1].locate(self, index)),
+    ],
+)
+def test_a_subclass_with_its_own_per_sample_hook_is_read_sample_by_sample(plain, hook, override):
     source = datareel.open_dataset(plain, decode=False)
     assert source.read_columns(np.arange(4)) is not None
-
-    class Marked(type(source)):  # type: ignore[misc]
-        def read(self, index):
-            return {**super().read(index), "mark": index}
-
-    source.__class__ = Marked
-    assert source.read_columns(np.arange(4)) is None  # columns would bypass its read()
+    source.__class__ = type("Own", (type(source),), {hook: override})
+    assert source.read_columns(np.arange(4)) is None  # columns would bypass its hook
+    batch = run(source, decode=False, world=1, micro=4, shuffle=False, count=1)[0]
+    if hook == "_sample":
+        assert batch["tag"].tolist() == [1, 1, 1, 1]
+    if hook == "_sources":
+        assert batch["__sources__"] == [("custom",)] * 4
 
 
 def test_damage_found_by_the_columns_is_named_by_the_per_sample_path(plain):

@@ -42,7 +42,7 @@ class ColumnReads:
     _paths: list[str]
     _first: list[int]
     _dataset_path: Any
-    _plain_read: Any  # the reader's own read(): a subclass with another reads sample by sample
+    _columns_base: bool  # set by the reader class whose per-sample hooks (_HOOKS) the columns stand for
 
     if TYPE_CHECKING:  # from ShardReads and the reader
 
@@ -63,9 +63,23 @@ class ColumnReads:
 
     def read_columns(self, indices: np.ndarray) -> dict[str, list[Any]] | None:
         """Samples ``indices`` (int64[k]) as columns, key by key, or ``None`` (see the module)."""
-        if type(self).read is not type(self)._plain_read:
-            return None  # a subclass's own read() is what it reads with
+        if not _plain_class(type(self)):
+            return None  # a subclass's own per-sample hook is what it reads with
         return _read_columns(self, np.asarray(indices, dtype=np.int64))
+
+
+_HOOKS = ("read", "locate", "locate_many", "_split_indices", "_read_raw", "_sample", "_sources")
+"""What the per-sample path reads a sample with; the columns stand for them as the reader defines them."""
+_PLAIN: dict[type, bool] = {}
+
+
+def _plain_class(cls: type) -> bool:
+    """Whether ``cls`` keeps every one of :data:`_HOOKS` as the reader class defines it (known per class)."""
+    known = _PLAIN.get(cls)
+    if known is None:
+        base = next(c for c in cls.__mro__ if "_columns_base" in vars(c))
+        known = _PLAIN[cls] = all(getattr(cls, name) is getattr(base, name) for name in _HOOKS)
+    return known
 
 
 def _read_columns(source: ColumnReads, indices: np.ndarray) -> dict[str, list[Any]] | None:

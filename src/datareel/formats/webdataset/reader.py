@@ -214,7 +214,7 @@ class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
         s, local = self.locate(index)
         return self._sample(s, local, *self._read_raw(s, local))
 
-    _plain_read = read  # what read_columns reads as (a subclass's own read() turns it off)
+    _columns_base = True  # read_columns stands for this class's read(); a subclass's own hook turns it off
 
     def read_many(self, indices: np.ndarray, block: int = 1) -> list[Any]:
         """Samples ``indices`` (int64[k]) read together: located in one numpy call, one read each, their
