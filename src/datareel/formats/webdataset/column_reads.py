@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...sources.source_info import SourceInfo, dataset_path
+from ...sources.source_info import SourceInfo, dataset_path, make_source_info
 from .columns import plain_columns
 
 if TYPE_CHECKING:
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
 COLUMN_BYTES = 32 << 20
 """A micro-batch whose samples hold more bytes than this is read sample by sample (video, large images)."""
-
-_new, _set = object.__new__, object.__setattr__
 
 
 class ColumnReads:
@@ -180,12 +178,6 @@ def _records(
     names = source.shards
     first = source._first
     files = list(zip(*[[f"{key}.{part}" for key in keys] for part in parts]))  # (k,) of (P,)
-    out = []
-    for s, i, file_names in zip(shards, local, files):
-        info = _new(SourceInfo)  # make_source_info, inline: this runs per sample
-        _set(info, "dataset_path", path)
-        _set(info, "index", first[s] + i)
-        _set(info, "shard_name", names[s])
-        _set(info, "file_names", file_names)
-        out.append((info,))
-    return out
+    return [
+        (make_source_info(path, first[s] + i, names[s], file_names),) for s, i, file_names in zip(shards, local, files)
+    ]

@@ -24,9 +24,9 @@ _POW8 = 8 ** np.arange(5, -1, -1, dtype=np.int64)  # (6,) a 6-digit octal field'
 _USTAR = np.frombuffer(b"ustar", dtype=np.uint8)
 _SIZE = np.arange(124, 135, dtype=np.int64)  # (11,) the size field's digits (byte 135 is checked with the header)
 _POW8_11 = 8 ** np.arange(10, -1, -1, dtype=np.int64)  # (11,)
-_MOST_PARTS = 64
 _KIND_OK = np.isin(np.arange(256), [0, 48, 55])  # (256,) type flags of a regular member: NUL, '0', '7'
 _END_OK = np.isin(np.arange(256), [0, 32])  # (256,) byte 135, after the size's 11 digits: NUL or space
+_MOST_PARTS = 64
 """Samples of more members than this are read one by one."""
 
 
