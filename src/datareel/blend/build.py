@@ -5,15 +5,22 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..errors import DatareelError, OptionError
+from ..plan.adopted import PrefixNode
 from ..plan.nodes import ConcatNode, LeafNode, Node, ReelPlan, SplitNode, compile_mix
 from ..plan.rng import name_key
 from ..sources.base import Source
+from .adopted import Adopted
 from .distinct import check_distinct
 from .tree import MAX_DENOMINATOR, Blend, Concat, EpochizedMix, Mix, length_of
 
 
 def build_plan(dataset: Source | Blend, *, seed: int, shuffle: bool) -> tuple[ReelPlan, list[Source]]:
     """The reel plan of a dataset tree and its leaves (leaf id = index in the list)."""
+    if isinstance(dataset, Adopted):  # the remainder first, then the dataset's reel from the next epoch
+        inner, leaves = build_plan(dataset.dataset, seed=seed, shuffle=shuffle)
+        order = dataset.remainder.order()
+        node = PrefixNode(order[0], order[1], dataset.remainder.skip, inner.root)
+        return ReelPlan(root=node, epoch_length=len(dataset.remainder)), leaves
     if isinstance(dataset, Source):
         plan = ReelPlan.single(
             size=len(dataset),

@@ -63,6 +63,7 @@ from .task_encoder import (
 
 # Energon's other public names -> the facade module that defines them (Energon's own module path).
 _LAZY: dict[str, str] = {
+    "read_energon_checkpoint": ".adopt",
     **dict.fromkeys(
         [
             "CachePool",
@@ -151,6 +152,7 @@ __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
 
 
 __all__ = [
+    "read_energon_checkpoint",
     "Batch",
     "CaptioningSample",
     "Cooker",

@@ -123,6 +123,7 @@ def get_train_dataset(
     follow, cut into the new sizes; docs/guarantees.md).
     """
     buffers = {"shuffle_buffer_size": shuffle_buffer_size, "max_samples_per_sequence": max_samples_per_sequence}
+    order = {**buffers, "parallel_shard_iters": kwargs.get("parallel_shard_iters")}
     open_kwargs = _check_common({**kwargs, **{k: v for k, v in buffers.items() if v is not None}}, "get_train_dataset")
     packing_buffer_size = _check_buffer(packing_buffer_size, "get_train_dataset")
     shuffle_over_epochs_multiplier = energon_multiplier(shuffle_over_epochs_multiplier, "get_train_dataset: ")
@@ -149,6 +150,7 @@ def get_train_dataset(
         handler=handler,
         allow_batch_size_change=bool(allow_batch_size_change),
         dataset=_open(path, split_part, open_kwargs, task_encoder, "get_train_dataset"),
+        energon_order={**order, "shuffle_over_epochs_multiplier": shuffle_over_epochs_multiplier},
     )
 
 

@@ -18,18 +18,22 @@ others make first (the first ``iter`` or save of a training loop is the common p
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any
 
 import torch.distributed as torch_dist
 
+from ..blend.adopted import Adopted, adopted_from_state
 from ..blend.tree import Concat
-from ..errors import OptionError, StateMismatchError, check_int
+from ..errors import ForeignStateError, OptionError, StateMismatchError, check_int
 from ..execute.batch import BatchMaker, ExecOptions
 from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
 from ..reel import WindowedStage
 from ..sources.base import Source
+from .adopt.facade import energon_states, setup_of
+from .adopt.remainder import adopt
 from .loader_args import LoaderOptions
 from .loader_restore import SampleRestorer
 from .passes import Epochize, Passes, local_share
@@ -45,6 +49,8 @@ from .unbatched import Group, Unbatched
 from .val import ValPlan
 
 __all__ = ["EnergonLoader", "LoaderStream"]
+
+log = logging.getLogger("datareel")
 
 
 # Names read from the datareel Loader that hold no restored state: reading them agrees nothing.
@@ -107,28 +113,9 @@ class EnergonLoader:
                     "get_val_dataset: batch_drop_last=True is supported in Energon's val order only, which "
                     "online packing and generator encode_sample do not keep; drop batch_drop_last"
                 )
-            self.loader = Loader(
-                dataset,
-                global_batch_size=G,
-                micro_batch_size=micro,
-                seed=config.seed_offset,
-                shuffle=spec.shuffle,
-                rank=config.rank,
-                world_size=config.world_size,
-                num_workers=config.num_workers,
-                task_encoder=encoder,
-                repeat=spec.repeat,
-                data_parallel_group=config.data_parallel_group,
-                prefetch_factor=prefetch_factor if config.num_workers else None,
-                persistent_workers=bool(config.num_workers),
-                # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
-                on_error=on_error,
-                error_handler=spec.handler,
-                stage=_stage(spec),
-            )
-            # passes start where it was built
-            self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers, online)
-            self._restorer = SampleRestorer(self.loader, encoder, config.seed_offset, on_error, spec.handler)
+            self._train_args = (G, micro, encoder, on_error, prefetch_factor, online)
+            self._base = dataset  # the dataset as opened (an adopted remainder goes in front of it)
+            self._make_train(dataset)
             bases = [self._stream]  # datareel's order is the rank's, whatever its workers
         self._passes = Passes([self._wrapped(base, w, len(bases)) for w, base in enumerate(bases)])
         # with worker processes Energon keeps a pass left early and resumes it at the next iter()
@@ -138,6 +125,41 @@ class EnergonLoader:
         self.agree_restored_state = bool(agree_restored_state)
         self._restored: dict[str, Any] | None = None  # what restore_state_rank gave this rank, if anything
         self._agreed = False  # the restored states were agreed across the group since the last restore
+
+    def _make_train(self, dataset: Any) -> None:
+        """The datareel Loader (and its stream and sample restorer) over ``dataset``: at construction, and again
+        over an adopted dataset (:mod:`.adopt`)."""
+        spec, config = self.spec, self.worker_config
+        G, micro, encoder, on_error, prefetch_factor, online = self._train_args
+        self.loader = Loader(
+            dataset,
+            global_batch_size=G,
+            micro_batch_size=micro,
+            seed=config.seed_offset,
+            shuffle=spec.shuffle,
+            rank=config.rank,
+            world_size=config.world_size,
+            num_workers=config.num_workers,
+            task_encoder=encoder,
+            repeat=spec.repeat,
+            data_parallel_group=config.data_parallel_group,
+            prefetch_factor=prefetch_factor if config.num_workers else None,
+            persistent_workers=bool(config.num_workers),
+            # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
+            on_error=on_error,
+            error_handler=spec.handler,
+            stage=_stage(spec),
+        )
+        # passes start where it was built
+        self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers, online)
+        self._restorer = SampleRestorer(self.loader, encoder, config.seed_offset, on_error, spec.handler)
+
+    def _adopt(self, dataset: Any) -> None:
+        """Rebuild the train loader over ``dataset`` (an adopted one), its passes afresh."""
+        if self.loader is not None:
+            self.loader.close()
+        self._make_train(dataset)
+        self._passes = Passes([self._wrapped(self._stream, 0, 1)])
 
     def _wrapped(self, base: Any, worker: int, workers: int) -> Any:
         """One worker's stream: virtual epochs, then the LimitDataset / RepeatDataset wrappers in order."""
@@ -200,10 +222,43 @@ class EnergonLoader:
         return self._datareel("save_state_rank").state_dict()
 
     def restore_state_rank(self, state: Any) -> None:
-        loader = self._datareel("restore_state_rank")
+        self._datareel("restore_state_rank")
+        old = energon_states(state)
+        if old is not None:  # megatron.energon's own state: adopt the rest of its epoch (datareel.energon.adopt)
+            if not isinstance(state, (list, tuple)) and self.worker_config.world_size != 1:
+                raise ForeignStateError(
+                    "restore_state_rank: this is one rank's megatron.energon state; adopting needs every old rank's "
+                    "(each held different samples). Pass the list to restore_state_global on every rank: "
+                    "loader.restore_state_global(datareel.energon.read_energon_checkpoint(checkpoint_dir))"
+                )
+            self._restore(lambda: self._adopt_energon(old))
+            self._restored, self._agreed = None, True
+            return
         state = one_state(state)
-        self._restore(lambda: loader.load_state_dict(state, allow_batch_size_change=self._allow_change))
+        self._restore(lambda: self._load(state))
         self._restored, self._agreed = state, False
+
+    def _adopt_energon(self, states: list[Any]) -> None:
+        """Serve the rest of the epoch the megatron.energon job that saved ``states`` had not handed out, then
+        datareel's own order from the next epoch (:mod:`.adopt`)."""
+        adoption = adopt(states, setup_of(self.spec), shuffle=bool(self.spec.shuffle))
+        log.info(
+            "adopting a megatron.energon checkpoint of %d ranks x %d workers: %d samples of its epoch %d left",
+            adoption.old_world_size,
+            adoption.old_workers,
+            len(adoption.remainder),
+            adoption.epoch,
+        )
+        self._adopt(Adopted(self._base, adoption.remainder))
+
+    def _load(self, state: Any) -> None:
+        """Load a datareel state, over the adopted dataset it records if it records one."""
+        adopted = adopted_from_state(self._base, state)
+        if adopted is not None and adopted.fingerprint() != self._datareel("restore").dataset.fingerprint():
+            self._adopt(adopted)
+        elif adopted is None and isinstance(self._datareel("restore").dataset, Adopted):
+            self._adopt(self._base)  # a state from before an adoption: the plain dataset again
+        self._datareel("restore").load_state_dict(state, allow_batch_size_change=self._allow_change)
 
     def _datareel(self, what: str) -> Loader:
         if self.loader is None:
@@ -224,7 +279,7 @@ class EnergonLoader:
         loader = self.loader
         adopt = state_to_adopt(self._restored, loader) if self.agree_restored_state else None
         if adopt is not None:
-            self._restore(lambda: loader.load_state_dict(adopt, allow_batch_size_change=self._allow_change))
+            self._restore(lambda: self._load(adopt))
             self._restored = adopt
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
@@ -240,12 +295,20 @@ class EnergonLoader:
 
     def restore_state_global(self, state: Any, src_rank: int | None = None) -> None:
         """``src_rank=None``: every rank passes the global state; else only ``src_rank`` does."""
-        loader = self._datareel("restore_state_global")
+        self._datareel("restore_state_global")
+        old = None if state is None else energon_states(state)
+        if old is not None:  # every old rank's megatron.energon state: adopt the rest of its epoch
+            self._restore(lambda: self._adopt_energon(old))
+            self._agreed = True
+            return
+        one = None if state is None else one_state(state, "restore_state_global")
+        if one is not None:
+            adopted = adopted_from_state(self._base, one)
+            if adopted is not None:
+                self._adopt(adopted)
         self._restore(
-            lambda: loader.restore_state_global(
-                None if state is None else one_state(state, "restore_state_global"),
-                src_rank=src_rank,
-                allow_batch_size_change=self._allow_change,
+            lambda: self._datareel("restore_state_global").restore_state_global(
+                one, src_rank=src_rank, allow_batch_size_change=self._allow_change
             )
         )
         self._agreed = True  # a collective restore leaves every rank at the same state

@@ -58,6 +58,9 @@ class DatasetSpec:
     val: bool = False  # from get_val_dataset(s): read in Energon's val order (datareel.energon.val)
     drop_last: bool = False  # get_val_dataset(batch_drop_last=True): each worker drops its partial batch
     cache_pool: Any = None  # get_(savable_)loader(cache_pool=): the task encoder's ``self.cache``
+    # Energon's order options (shuffle_buffer_size, max_samples_per_sequence, parallel_shard_iters,
+    # shuffle_over_epochs_multiplier): datareel's order needs none; adopting a megatron.energon state does
+    energon_order: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # megatron.energon's WorkerConfig read by its fields (datareel.energon.foreign)
         from .foreign import as_worker_config

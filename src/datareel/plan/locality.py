@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import cast
 
 from ..errors import OptionError
+from .adopted import PrefixNode
 from .blocks import BlockOrder, BlockShuffle
 from .nodes import ConcatNode, LeafNode, MixNode, Node, ReelPlan, SplitNode, compile_mix
 
@@ -46,6 +47,8 @@ def _rewrite(node: Node, share: Fraction, options: BlockShuffle) -> Node:
         )
     if isinstance(node, ConcatNode):
         return dataclasses.replace(node, children=tuple(_rewrite(c, share, options) for c in node.children))
+    if isinstance(node, PrefixNode):  # an adopted remainder keeps its order; the reel after it reads blocks
+        return dataclasses.replace(node, inner=_rewrite(node.inner, share, options))
     return compile_mix(cast(SplitNode, _rewrite(node.root, share, options)))  # a split rewritten is a split
 
 
@@ -62,6 +65,8 @@ def leaves(plan: ReelPlan) -> Iterator[LeafNode]:
             stack += list(node.children)
         elif isinstance(node, MixNode):
             stack.append(node.root)
+        elif isinstance(node, PrefixNode):
+            stack.append(node.inner)
 
 
 def read_blocks(plan: ReelPlan) -> dict[int, int]:

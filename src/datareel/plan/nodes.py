@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .adopted import PrefixNode
 from .blocks import BlockOrder, block_indices
 from .epochs import LeafTable, source_indices
 from .over_epochs import over_epochs_indices, pass_length
@@ -187,7 +188,7 @@ def compile_mix(root: SplitNode) -> SplitNode | MixNode:
     )
 
 
-Node = LeafNode | SplitNode | ConcatNode | MixNode
+Node = LeafNode | SplitNode | ConcatNode | MixNode | PrefixNode
 
 
 def consumed(node: Node, count: int) -> dict[int, int]:
@@ -203,6 +204,13 @@ def consumed(node: Node, count: int) -> dict[int, int]:
         here, n = stack.pop()
         if isinstance(here, MixNode):
             stack.append((here.root, n))
+        elif isinstance(here, PrefixNode):  # the adopted remainder's samples, then the inner reel from skip
+            head = min(n, len(here.leaves))
+            for leaf, got in zip(*np.unique(here.leaves[:head], return_counts=True)):
+                out[int(leaf)] = out.get(int(leaf), 0) + int(got)
+            after, before = consumed(here.inner, here.skip + n - head), consumed(here.inner, here.skip)
+            for leaf, got in after.items():
+                out[leaf] = out.get(leaf, 0) + got - before.get(leaf, 0)
         elif isinstance(here, LeafNode):
             out[here.leaf] = out.get(here.leaf, 0) + n
         elif isinstance(here, SplitNode):

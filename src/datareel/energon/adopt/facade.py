@@ -1,0 +1,88 @@
+"""The facade's side of adopting: a megatron.energon state recognised among what ``restore_state_*`` gets, and
+the old job's configuration read from the new job's ``get_train_dataset`` arguments (:class:`.remainder.Setup`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...blend.tree import Blend, EpochizedMix, length_of
+from ...errors import ForeignStateError, OptionError
+from ...sources.base import Source
+from ...sources.view import SourceView
+from .records import is_energon_state
+from .remainder import Setup
+
+
+def energon_states(state: Any) -> list[Any] | None:
+    """``state`` as a list of old rank states when it is one megatron.energon state or a list of them; ``None``
+    when it holds none (a datareel state); a list mixing both is refused."""
+    items = list(state) if isinstance(state, (list, tuple)) else [state]
+    found = [is_energon_state(s) for s in items]
+    if not any(found):
+        return None
+    if not all(found):
+        odd = [i for i, f in enumerate(found) if not f]
+        raise ForeignStateError(
+            f"the global state mixes megatron.energon rank states with other objects (items {odd}); pass the "
+            f"list of every old rank's megatron.energon state (datareel.energon.read_energon_checkpoint(dir) reads "
+            f"Megatron's per-rank files)"
+        )
+    return items
+
+
+def setup_of(spec: Any) -> Setup:
+    """The order configuration of the job a ``get_train_dataset`` spec describes (it must be the old job's)."""
+    dataset = spec.dataset
+    order = dict(getattr(spec, "energon_order", {}) or {})
+    if spec.packing_buffer_size is not None or spec.virtual_epoch_length:
+        what = "packing_buffer_size" if spec.packing_buffer_size is not None else "virtual_epoch_length"
+        raise ForeignStateError(
+            f"adopting a megatron.energon state: this job sets {what}, with which Energon's handed-out samples "
+            f"depend on the data; adopt into a loader without it"
+        )
+    if isinstance(dataset, EpochizedMix):
+        if any(r != 1 for r in dataset.repetitions):
+            raise ForeignStateError(
+                f"adopting a megatron.energon state: blend_epochized repetitions {list(dataset.repetitions)}; only "
+                f"repetitions of 1 (each dataset once per epoch) can be adopted"
+            )
+        leaves = list(dataset.children)
+    elif isinstance(dataset, Blend):
+        raise ForeignStateError(
+            f"adopting a megatron.energon state: the dataset is a {dataset.kind} blend; a plain dataset or a "
+            f"blend_epochized metadataset (repetitions 1) can be adopted"
+        )
+    else:
+        leaves = [dataset]
+    counts = tuple(_shard_counts(leaf) for leaf in leaves)
+    multiplier = order.get("shuffle_over_epochs_multiplier", 1)
+    return Setup(
+        sizes=tuple(len(leaf) for leaf in leaves),
+        shard_counts=counts,
+        blend=isinstance(dataset, EpochizedMix),
+        shuffle_buffer_size=order.get("shuffle_buffer_size"),
+        max_samples_per_sequence=order.get("max_samples_per_sequence"),
+        parallel_shard_iters=order.get("parallel_shard_iters"),
+        over_epochs=None if multiplier is None else int(multiplier),
+        epoch_length=length_of(dataset),
+    )
+
+
+def _shard_counts(leaf: Any) -> np.ndarray:
+    source = leaf
+    while isinstance(source, SourceView):
+        if source.start != 0 or source.stop != len(source.base):
+            raise ForeignStateError(
+                f"adopting a megatron.energon state: {leaf.name} is a subset [{source.start}, {source.stop}) of its "
+                f"split; Energon splits a subset over its workers differently, so it cannot be adopted"
+            )
+        source = source.base
+    counts = getattr(source, "counts", None)
+    if not isinstance(source, Source) or counts is None:
+        raise OptionError(
+            f"adopting a megatron.energon state: {leaf.name} is not a prepared WebDataset split (its per-shard "
+            f"sample counts are needed to find each old worker's samples)"
+        )
+    return np.asarray(counts, dtype=np.int64)

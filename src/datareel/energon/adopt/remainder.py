@@ -1,0 +1,276 @@
+"""What a megatron.energon job had not handed to training when it saved: the rest of its current epoch.
+
+For every old rank and worker: rebuild the worker's order from its recorded checkpoint (:mod:`.replay`: its
+slices from :mod:`.slices`, its generators from the state), run it forward by the batches it yielded after
+the checkpoint that training received (``offset`` × the batch size, as index math), and take what its
+current pass has not yielded plus what sits in its shuffle buffer.  The union over all workers is the
+remainder, each sample once; it is refused by name where the states do not fit the configuration given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...errors import ForeignStateError, StateDamagedError, StateMismatchError
+from ...plan.adopted import Remainder
+from ...plan.rng import name_key
+from .records import rank_state
+from .replay import Buffer, EpochBlend, Item, SliceReader, endless
+from .slices import slice_offsets, worker_range
+
+PASS_THROUGH = {
+    "GcDataset",
+    "WatchdogDataset",
+    "MapDataset",
+    "BatchDataset",
+    "LogSampleDataset",
+    "SimpleSavableDatasetWrapper",
+}
+REFUSED = {
+    "PackingDataset": "packing (packing_buffer_size) plans packs from the data",
+    "GroupBatchDataset": "batch grouping (batch_group_criterion) batches by the data",
+    "EpochizeDataset": "virtual_epoch_length cuts Energon's passes per worker",
+    "LimitDataset": "a limit wrapper ends its worker's stream early",
+    "FilterDataset": "a filter drops samples by their data",
+    "MixBatchDataset": "a batch-level mix draws whole batches",
+    "ConcatDataset": "a concatenation of datasets",
+    "IterMapDataset": "an iterable map may change the number of samples",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    """The configuration the old job ran with, as the new job's options give it."""
+
+    sizes: tuple[int, ...]
+    shard_counts: tuple[np.ndarray, ...]
+    blend: bool
+    shuffle_buffer_size: int | None
+    max_samples_per_sequence: int | None
+    parallel_shard_iters: int | None
+    over_epochs: int | None
+    epoch_length: int
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """The remainder and what it came from (for ``datareel inspect`` and the log)."""
+
+    remainder: Remainder
+    old_world_size: int
+    old_workers: int
+    handed_out: int
+    epoch: int
+
+
+def adopt(states: list[Any], setup: Setup, shuffle: bool = True) -> Adoption:
+    """The rest of the current epoch of the job that saved ``states`` (one per old rank, in rank order)."""
+    if not states:
+        raise ForeignStateError("no megatron.energon rank state was given; pass every old rank's state, in rank order")
+    ranks = [rank_state(s, r) for r, s in enumerate(states)]
+    workers = len(ranks[0]["worker_states"])
+    odd = [r for r, s in enumerate(ranks) if len(s["worker_states"]) != workers]
+    if odd:
+        raise StateMismatchError(
+            f"old ranks {odd} saved another number of workers than rank 0 ({workers}): the states are not of one "
+            f"checkpoint; pass the per-rank states of one save",
+            {"num_workers": (workers, None)},
+        )
+    found: list[list[np.ndarray]] = [[] for _ in setup.sizes]
+    epoch = 0
+    for r, state in enumerate(ranks):
+        batch = state["micro_batch_size"]
+        for w, checkpoint in enumerate(state["worker_states"]):
+            where = f"old rank {r}, worker {w}"
+            g = r * workers + w
+            pieces, worker_epoch = _worker(checkpoint, batch, g, len(ranks), workers, setup, where)
+            epoch = max(epoch, worker_epoch)
+            for k, piece in enumerate(pieces):
+                found[k].append(piece)
+    leaves, indices = [], []
+    for k, parts in enumerate(found):
+        got = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)  # (n_k,)
+        if len(got) and (np.diff(got) == 0).any():
+            raise StateDamagedError(
+                "the old ranks' states name one sample as unread twice: they are not one checkpoint's (pass the "
+                "per-rank states of one save) or not of this configuration"
+            )
+        leaves.append(np.full(len(got), k, dtype=np.int32))
+        indices.append(got)
+    leaf, index = np.concatenate(leaves), np.concatenate(indices)  # (L,) each, sorted by (leaf, index)
+    digest = hashlib.blake2b(leaf.tobytes() + index.tobytes(), digest_size=8).hexdigest()
+    remainder = Remainder(leaf, index, name_key(f"energon-adopt:{digest}"), (epoch + 1) * setup.epoch_length, shuffle)
+    handed = (epoch + 1) * setup.epoch_length - len(remainder)
+    return Adoption(remainder, len(ranks), workers, handed, epoch)
+
+
+def _worker(
+    checkpoint: Any, batch: Any, g: int, world: int, workers: int, setup: Setup, where: str
+) -> tuple[list[np.ndarray], int]:
+    """One old worker's unread samples per dataset, and its epoch."""
+    offsets = []
+    for k, (size, counts) in enumerate(zip(setup.sizes, setup.shard_counts)):
+        rotation = sum(setup.sizes[:k]) % (max(workers, 1) * world)
+        start, stop = worker_range(size, world, workers, g, rotation)
+        offsets.append(slice_offsets(counts, start, stop, setup.max_samples_per_sequence))
+    if isinstance(checkpoint, dict) and "offset" not in checkpoint and "datasets" in checkpoint:
+        checkpoint = {"state": {"dataset_state": checkpoint}, "offset": 0}  # num_workers=0: the state as it is now
+    if not isinstance(checkpoint, dict) or "offset" not in checkpoint:
+        raise StateDamagedError(f"{where}: its worker state is a {type(checkpoint).__name__}, not a checkpoint")
+    state, offset = checkpoint.get("state"), int(checkpoint["offset"])
+    tree = None if state is None else state.get("dataset_state")
+    if tree is None:
+        if offset:
+            raise StateDamagedError(f"{where}: no recorded state, yet {offset} batches after it")
+        return [np.arange(o[0], o[-1], dtype=np.int64) for o in offsets], 0
+    chain, base = _chain(tree, where)
+    source = _source(base, offsets, setup, where, any(name == "RepeatDataset" for name, _ in chain))
+    if setup.blend != isinstance(source, EpochBlend):
+        raise StateMismatchError(
+            f"{where}: the old job read {'a blend' if isinstance(source, EpochBlend) else 'one dataset'}, this one "
+            f"{'a blend' if setup.blend else 'one dataset'}: the dataset differs; open the same dataset or metadataset",
+            {"dataset": (None, None)},
+        )
+    stream: Iterator[Item] = endless(source)
+    buffers = [node for name, node in chain if name == "ShuffleBufferDataset"]
+    if bool(buffers) != (setup.shuffle_buffer_size is not None):
+        raise StateMismatchError(
+            f"{where}: the old job ran {'with' if buffers else 'without'} a shuffle buffer, this one has "
+            f"shuffle_buffer_size={setup.shuffle_buffer_size}; pass the shuffle_buffer_size the old job used",
+            {"shuffle_buffer_size": (None, setup.shuffle_buffer_size)},
+        )
+    buffer = None
+    if buffers:
+        items = [_item(key, where) for key in buffers[0]["_active_buffer"]["_restore_keys"]]
+        size = int(setup.shuffle_buffer_size or 0)
+        if len(items) > size:
+            raise StateMismatchError(
+                f"{where}: its shuffle buffer holds {len(items)} samples, more than shuffle_buffer_size={size}; pass "
+                f"the shuffle_buffer_size the old job used",
+                {"shuffle_buffer_size": (None, size)},
+            )
+        buffer = Buffer(buffers[0], size, items)
+        stream = buffer.run(stream)
+    need = offset * int(batch or 1)
+    got = sum(1 for _ in itertools.islice(stream, need))
+    if got < need:
+        raise StateMismatchError(
+            f"{where}: its state says it yielded {need} samples after its checkpoint, its slices of this dataset "
+            f"hold fewer: the dataset or configuration differs from the old job's",
+            {"dataset": (None, None)},
+        )
+    readers = source.readers if isinstance(source, EpochBlend) else [source]
+    pieces = [r.unread() for r in readers]
+    for k, i in buffer.items if buffer else []:
+        pieces[k] = np.append(pieces[k], i)
+    # a sample still buffered from the worker's previous pass is also unread in its current one: served once
+    return [np.unique(p) for p in pieces], max(r.epoch for r in readers)
+
+
+def _chain(tree: Any, where: str) -> tuple[list[tuple[str, Any]], Any]:
+    """The wrappers from the top down to the blend or the slice reader, and that node."""
+    chain: list[tuple[str, Any]] = []
+    node = tree
+    while True:
+        name = node.get("__class__") if isinstance(node, dict) else None
+        if name in ("WebdatasetSampleLoaderDataset", "BlendDataset"):
+            return chain, node
+        if name in REFUSED:
+            raise ForeignStateError(
+                f"{where}: the old job's pipeline holds {name}: {REFUSED[name]}, so which samples it handed out "
+                f"cannot be told from its state; such a job cannot be adopted (start the datareel.energon loader "
+                f"fresh, or finish the epoch on megatron.energon)"
+            )
+        if name not in PASS_THROUGH | {"ShuffleBufferDataset", "RepeatDataset"}:
+            raise ForeignStateError(
+                f"{where}: its state holds a {name!r} wrapper, which datareel does not know how to replay; this is "
+                f"not a megatron.energon 7.x training pipeline datareel can adopt (version or wrapper unsupported)"
+            )
+        if name == "MapDataset" and node.get("_generator_sample_key") is not None:
+            raise ForeignStateError(
+                f"{where}: it saved inside a generator encode_sample's outputs; the number of samples it took "
+                f"cannot be told from its state, so it cannot be adopted"
+            )
+        chain.append((name, node))
+        subs = node.get("datasets")
+        if not isinstance(subs, list) or len(subs) != 1:
+            raise StateDamagedError(f"{where}: its {name} state holds {subs!r} where one inner state belongs")
+        node = subs[0]
+
+
+def _source(base: Any, offsets: list[list[int]], setup: Setup, where: str, repeats: bool) -> SliceReader | EpochBlend:
+    if base["__class__"] == "WebdatasetSampleLoaderDataset":
+        return _reader(base, offsets[0], 0, setup, where)
+    if not repeats:
+        raise ForeignStateError(
+            f"{where}: the old job reads a weighted blend (a metadataset's 'blend:'), which draws its datasets with "
+            f"replacement in each worker: it has no epoch whose rest could be served exactly once, so it cannot be "
+            f"adopted. Adopt at the end of training on it, or start the datareel.energon loader fresh"
+        )
+    children = base.get("datasets") or []
+    if len(children) != len(setup.sizes):
+        raise StateMismatchError(
+            f"{where}: the old job blends {len(children)} datasets, this one {len(setup.sizes)}; open the same "
+            f"metadataset",
+            {"dataset": (len(children), len(setup.sizes))},
+        )
+    readers = []
+    for k, child in enumerate(children):
+        node = child
+        while isinstance(node, dict) and node.get("__class__") == "MapDataset":
+            node = (node.get("datasets") or [None])[0]
+        name = node.get("__class__") if isinstance(node, dict) else None
+        if name != "WebdatasetSampleLoaderDataset":
+            raise ForeignStateError(
+                f"{where}: dataset {k} of the old job's blend_epochized is read through {name!r}: only repetitions: 1 "
+                f"(each dataset once per epoch) can be adopted; finish the epoch on megatron.energon"
+            )
+        readers.append(_reader(node, offsets[k], k, setup, where))
+    return EpochBlend(base, readers, [float(s) for s in setup.sizes])
+
+
+def _reader(state: dict[str, Any], offsets: list[int], k: int, setup: Setup, where: str) -> SliceReader:
+    parallel = setup.parallel_shard_iters or 16
+    active = state.get("_active_slice_state") or []
+    if len(active) != parallel:
+        raise StateMismatchError(
+            f"{where}: it read {len(active)} slices at once, this job would read {parallel}; pass "
+            f"parallel_shard_iters={len(active)} as the old job did",
+            {"parallel_shard_iters": (len(active), parallel)},
+        )
+    reader = SliceReader(state, offsets, setup.over_epochs, k)
+    slices = reader.slices
+    bad = [s for s in reader.active if s is not None and not (0 <= s[0] < slices and _inside(s, offsets))]
+    bad += [i for i in reader.pending or [] if not 0 <= i < slices]
+    if bad:
+        raise StateMismatchError(
+            f"{where}: its read positions {bad[:3]} do not lie in its slices of this dataset ({slices} slices of "
+            f"samples [{offsets[0]}, {offsets[-1]})): the dataset, the old world size (every old rank's state must "
+            f"be passed), the worker count or max_samples_per_sequence differ from the old job's",
+            {"dataset": (None, None), "max_samples_per_sequence": (None, setup.max_samples_per_sequence)},
+        )
+    if reader.started() and reader.pending is None:
+        raise ForeignStateError(f"{where}: its slice order is not recorded (an unfinished reshuffle); cannot adopt")
+    return reader
+
+
+def _inside(s: list[int], offsets: list[int]) -> bool:
+    return offsets[s[0]] <= s[1] <= offsets[s[0] + 1]
+
+
+def _item(key: Any, where: str) -> Item:
+    """(dataset, index) of a buffered sample from its restore key (``..., 'BlendDataset', k, ..., 'Webdataset', i``)."""
+    parts = list(key) if isinstance(key, (list, tuple)) else []
+    k = 0
+    for name, value in zip(parts, parts[1:]):
+        if name == "BlendDataset":
+            k = int(value)
+        if name == "Webdataset":
+            return k, int(value)
+    raise ForeignStateError(f"{where}: a buffered sample's restore key {key!r} names no webdataset sample")

@@ -1,0 +1,227 @@
+"""Adopting a running megatron.energon job (issue 38): real megatron.energon 7.4.1 trains 2 ranks × 2 workers
+(shuffle buffer on, max_samples_per_sequence set) part-way into its epoch and saves each rank's state as
+Megatron does; ``datareel.energon`` restores them on 1 × 1, 4 × 0 and 3 × 2.  The samples megatron.energon handed
+to training plus the ones datareel serves until the adopted remainder ends must be the epoch, each exactly once
+— for one dataset and for a ``blend_epochized`` metadataset of two; and again after a datareel save half-way
+through the remainder, restored on yet another topology.  Every refusal names its cause and the fix.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from datareel import energon as den
+from datareel.errors import ForeignStateError, StateMismatchError
+
+me = pytest.importorskip("megatron.energon")
+wds = pytest.importorskip("webdataset")
+
+pytestmark = pytest.mark.workers  # megatron.energon's and datareel's DataLoader worker processes
+
+SIZES = {"a": 37, "b": 29}  # not multiples of the 4 old workers: uneven worker shares
+BUFFER, PER_SEQUENCE, BATCH = 5, 3, 2
+
+
+def _prepare(root: Path, prefix: str, n: int) -> None:
+    from megatron.energon.flavors import BaseWebdatasetFactory
+
+    (root / "parts").mkdir(parents=True)
+    with wds.ShardWriter(f"{root}/parts/data-%d.tar", maxcount=7, verbose=0) as writer:
+        for i in range(n):
+            writer.write({"__key__": f"{prefix}{i:05d}", "txt": f"{prefix} {i}".encode()})
+        shards = writer.shard
+    BaseWebdatasetFactory.prepare_dataset(
+        root, [f"parts/data-{{0..{shards - 1}}}.tar"], split_parts_ratio=[("train", 1.0)], shuffle_seed=None, workers=1
+    )
+    (root / ".nv-meta" / "dataset.yaml").write_text(
+        "sample_type:\n  __module__: megatron.energon\n  __class__: TextSample\nfield_map:\n  text: txt\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("adopt")
+    for prefix, n in SIZES.items():
+        _prepare(root / prefix, prefix, n)
+    meta = root / "meta.yaml"
+    meta.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend_epochized:\n"
+        "      - repetitions: 1\n        path: a\n      - repetitions: 1\n        path: b\n"
+    )
+    return {"single": root / "a", "blend": meta}
+
+
+def _epoch(kind: str) -> collections.Counter[str]:
+    names = ["a"] if kind == "single" else ["a", "b"]
+    return collections.Counter(f"{p}{i:05d}" for p in names for i in range(SIZES[p]))
+
+
+_RUNS: dict[tuple[Any, ...], tuple[list[str], list[Any]]] = {}
+
+
+def _energon(path: Path, steps: int, world: int = 2, workers: int = 2, **options: Any) -> tuple[list[str], list[Any]]:
+    """megatron.energon trains ``steps`` batches on each rank; the keys it handed out and each rank's state (one
+    run per arguments in the session: its states are fresh copies each call)."""
+    key = (str(path), steps, world, workers, tuple(sorted(options.items())))
+    if key not in _RUNS:
+        _RUNS[key] = _run_energon(path, steps, world, workers, **options)
+    handed, states = _RUNS[key]
+    return list(handed), copy.deepcopy(states)
+
+
+def _run_energon(path: Path, steps: int, world: int, workers: int, **options: Any) -> tuple[list[str], list[Any]]:
+    handed, states = [], []
+    for rank in range(world):
+        config = me.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
+        kwargs = {"shuffle_buffer_size": BUFFER, "max_samples_per_sequence": PER_SEQUENCE, **options}
+        loader = me.get_savable_loader(me.get_train_dataset(path, batch_size=BATCH, worker_config=config, **kwargs))
+        it = iter(loader)
+        for _ in range(steps):
+            handed += list(next(it).__key__)
+        states.append(loader.save_state_rank())
+    return handed, states
+
+
+def _facade(path: Path, world: int, workers: int, **options: Any) -> list[Any]:
+    loaders = []
+    for rank in range(world):
+        config = den.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
+        kwargs = {"shuffle_buffer_size": BUFFER, "max_samples_per_sequence": PER_SEQUENCE, **options}
+        loaders.append(den.get_savable_loader(den.get_train_dataset(path, batch_size=BATCH, worker_config=config, **kwargs)))
+    return loaders
+
+
+def _serve(loaders: list[Any], until: int, steps: int | None = None, start: int = 0) -> dict[int, str]:
+    """Positions below ``until`` -> key, from every rank's batches (``steps`` micro-steps, or until the loaders,
+    restored at ``start``, have served every position up to ``until``)."""
+    its = [iter(loader) for loader in loaders]
+    out: dict[int, str] = {}
+    done = 0
+    while done < steps if steps is not None else not all(p in out for p in range(start, until)):
+        for it in its:
+            batch = next(it)
+            _, start, _ = batch.__restore_key__
+            for offset, key in enumerate(batch.__key__):
+                out[start + offset] = key
+        done += 1
+    return {p: k for p, k in out.items() if p < until}
+
+
+@pytest.mark.parametrize("kind", ["single", "blend"])
+def test_adopted_epoch_exactly_once_on_every_topology(data: dict[str, Path], kind: str) -> None:
+    handed, states = _energon(data[kind], steps=3)
+    epoch = _epoch(kind)
+    for world, workers in [(1, 1), (4, 0), (3, 2)]:
+        loaders = _facade(data[kind], world, workers)
+        for loader in loaders:
+            loader.restore_state_global(states)
+        remainder = len(loaders[0].loader.dataset.remainder)
+        assert remainder == sum(epoch.values()) - len(handed)
+        served = _serve(loaders, remainder)
+        assert sorted(served) == list(range(remainder)), (world, workers)
+        seen = collections.Counter(handed) + collections.Counter(served.values())
+        assert seen == epoch, (world, workers, seen - epoch, epoch - seen)
+        for loader in loaders:
+            loader.close()
+
+
+def test_one_order_on_every_topology(data: dict[str, Path]) -> None:
+    """The remainder's order depends on the old state only: 1 × 0 and 2 × 0 serve the same positions."""
+    _, states = _energon(data["single"], steps=2)
+    orders = []
+    for world in (1, 2):
+        loaders = _facade(data["single"], world, 0, global_batch_size=4)
+        for loader in loaders:
+            loader.restore_state_global(states)
+        orders.append(_serve(loaders, 20))
+    assert orders[0] == orders[1]
+
+
+def test_datareel_save_mid_remainder_restores_elsewhere(data: dict[str, Path], tmp_path: Path) -> None:
+    handed, states = _energon(data["blend"], steps=4)
+    for rank, state in enumerate(states):  # as Megatron writes them; read back without megatron.energon's classes
+        torch.save(state, tmp_path / f"train_dataloader_dprank{rank:03d}.pt")
+    read = den.read_energon_checkpoint(tmp_path)
+    loaders = _facade(data["blend"], 4, 0)
+    for loader in loaders:
+        loader.restore_state_global(read)
+    remainder = len(loaders[0].loader.dataset.remainder)
+    first = _serve(loaders, remainder, steps=2)  # two global batches of 8
+    saved = loaders[0].save_state_rank()
+    assert all(loader.save_state_rank() == saved for loader in loaders)
+    assert len(first) == 16 < remainder
+    resumed = _facade(data["blend"], 2, 1, global_batch_size=8)
+    for loader in resumed:  # each rank restores the state it saved (they are identical)
+        loader.restore_state_rank(saved)
+    rest = _serve(resumed, remainder, start=16)
+    assert set(rest) == set(range(16, remainder))
+    seen = collections.Counter(handed) + collections.Counter(first.values()) + collections.Counter(rest.values())
+    assert seen == _epoch("blend")
+    for loader in loaders + resumed:
+        loader.close()
+
+
+def test_after_the_remainder_the_next_epoch_follows(data: dict[str, Path]) -> None:
+    handed, states = _energon(data["single"], steps=3)
+    (loader,) = _facade(data["single"], 1, 0)
+    loader.restore_state_global(states)
+    remainder = len(loader.loader.dataset.remainder)
+    after = _serve([loader], remainder + SIZES["a"])
+    nxt = collections.Counter(k for p, k in after.items() if p >= remainder)
+    assert nxt == _epoch("single")  # datareel's own next epoch, whole
+
+
+# -- refusals --------------------------------------------------------------------------------------------
+def test_refuses_another_configuration(data: dict[str, Path]) -> None:
+    _, states = _energon(data["single"], steps=3)
+    (loader,) = _facade(data["single"], 1, 0, max_samples_per_sequence=None)
+    with pytest.raises(StateMismatchError, match="max_samples_per_sequence"):
+        loader.restore_state_global(states)
+    (loader,) = _facade(data["single"], 1, 0, shuffle_buffer_size=None)
+    with pytest.raises(StateMismatchError, match="shuffle_buffer_size"):
+        loader.restore_state_global(states)
+    (loader,) = _facade(data["blend"], 1, 0)
+    with pytest.raises(StateMismatchError, match="dataset differs"):
+        loader.restore_state_global(states)
+
+
+def test_refuses_a_missing_rank_file(data: dict[str, Path], tmp_path: Path) -> None:
+    _, states = _energon(data["single"], steps=1, world=3, workers=0)
+    for rank in (0, 2):
+        torch.save(states[rank], tmp_path / f"train_dataloader_dprank{rank:03d}.pt")
+    with pytest.raises(ForeignStateError, match=r"rank\(s\) \[1\].*dprank001"):
+        den.read_energon_checkpoint(tmp_path)
+    (loader,) = _facade(data["single"], 1, 0)
+    with pytest.raises(StateMismatchError, match="every old rank's state"):  # rank 2 passed as rank 1
+        loader.restore_state_global([states[0], states[2]])
+
+
+def test_refuses_a_weighted_blend(data: dict[str, Path], tmp_path: Path) -> None:
+    meta = tmp_path / "weighted.yaml"
+    meta.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        f"      - weight: 1\n        path: {data['single']}\n      - weight: 2\n        path: {data['single'].parent / 'b'}\n"
+    )
+    _, states = _energon(meta, steps=2)
+    (loader,) = _facade(data["blend"], 1, 0)
+    with pytest.raises(ForeignStateError, match="weighted blend.*with replacement"):
+        loader.restore_state_global(states)
+
+
+def test_refuses_an_unknown_pipeline_and_one_rank_alone(data: dict[str, Path]) -> None:
+    _, states = _energon(data["single"], steps=2, world=1, workers=0)
+    (state,) = states
+    state.worker_states[0]["datasets"][0]["__class__"] = "FutureDataset"
+    (loader,) = _facade(data["single"], 1, 0)
+    with pytest.raises(ForeignStateError, match="'FutureDataset'.*version or wrapper"):
+        loader.restore_state_global([state])
+    _, states = _energon(data["single"], steps=2)
+    loaders = _facade(data["single"], 2, 0)
+    with pytest.raises(ForeignStateError, match="every old rank's.*restore_state_global"):
+        loaders[0].restore_state_rank(states[0])
