@@ -93,7 +93,8 @@ def _facade(path: Path, world: int, workers: int, **options: Any) -> list[Any]:
     for rank in range(world):
         config = den.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
         kwargs = {"shuffle_buffer_size": BUFFER, "max_samples_per_sequence": PER_SEQUENCE, **options}
-        loaders.append(den.get_savable_loader(den.get_train_dataset(path, batch_size=BATCH, worker_config=config, **kwargs)))
+        dataset = den.get_train_dataset(path, batch_size=BATCH, worker_config=config, **kwargs)
+        loaders.append(den.get_savable_loader(dataset))
     return loaders
 
 
@@ -206,7 +207,8 @@ def test_refuses_a_weighted_blend(data: dict[str, Path], tmp_path: Path) -> None
     meta = tmp_path / "weighted.yaml"
     meta.write_text(
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
-        f"      - weight: 1\n        path: {data['single']}\n      - weight: 2\n        path: {data['single'].parent / 'b'}\n"
+        f"      - weight: 1\n        path: {data['single']}\n"
+        f"      - weight: 2\n        path: {data['single'].parent / 'b'}\n"
     )
     _, states = _energon(meta, steps=2)
     (loader,) = _facade(data["blend"], 1, 0)
