@@ -22,8 +22,8 @@ def energon_states(state: Any) -> list[Any] | None:
     found = [is_energon_state(s) for s in items]
     if not any(found):
         return None
-    if not all(found):
-        odd = [i for i, f in enumerate(found) if not f]
+    if not all(f or s is None for f, s in zip(found, items)):  # None: a rank whose workers had not started
+        odd = [i for i, (f, s) in enumerate(zip(found, items)) if not f and s is not None]
         raise ForeignStateError(
             f"the global state mixes megatron.energon rank states with other objects (items {odd}); pass the "
             f"list of every old rank's megatron.energon state (datareel.energon.read_energon_checkpoint(dir) reads "
@@ -58,11 +58,18 @@ def setup_of(spec: Any) -> Setup:
         leaves = [dataset]
     counts = tuple(_shard_counts(leaf) for leaf in leaves)
     multiplier = order.get("shuffle_over_epochs_multiplier", 1)
+    if multiplier not in (1, None):
+        raise ForeignStateError(
+            f"adopting a megatron.energon state: shuffle_over_epochs_multiplier={multiplier} shuffles over several "
+            f"epochs at once, so an epoch's rest is not one set; only 1 (the default) or None can be adopted"
+        )
+    buffer = order.get("shuffle_buffer_size")
     return Setup(
         sizes=tuple(len(leaf) for leaf in leaves),
         shard_counts=counts,
         blend=isinstance(dataset, EpochizedMix),
-        shuffle_buffer_size=order.get("shuffle_buffer_size"),
+        # Energon builds a shuffle buffer only for a size above 1
+        shuffle_buffer_size=buffer if buffer is not None and buffer > 1 else None,
         max_samples_per_sequence=order.get("max_samples_per_sequence"),
         parallel_shard_iters=order.get("parallel_shard_iters"),
         over_epochs=None if multiplier is None else int(multiplier),

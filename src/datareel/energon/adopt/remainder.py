@@ -73,9 +73,13 @@ def adopt(states: list[Any], setup: Setup, shuffle: bool = True) -> Adoption:
     """The rest of the current epoch of the job that saved ``states`` (one per old rank, in rank order)."""
     if not states:
         raise ForeignStateError("no megatron.energon rank state was given; pass every old rank's state, in rank order")
-    ranks = [rank_state(s, r) for r, s in enumerate(states)]
-    workers = len(ranks[0]["worker_states"])
-    odd = [r for r, s in enumerate(ranks) if len(s["worker_states"]) != workers]
+    # a rank whose workers had not started saved None: it handed out nothing
+    ranks = [None if s is None else rank_state(s, r) for r, s in enumerate(states)]
+    saved = [s for s in ranks if s is not None]
+    if not saved:
+        raise ForeignStateError("every old rank's state is None: that job handed out nothing; start afresh instead")
+    workers = len(saved[0]["worker_states"])
+    odd = [r for r, s in enumerate(ranks) if s is not None and len(s["worker_states"]) != workers]
     if odd:
         raise StateMismatchError(
             f"old ranks {odd} saved another number of workers than rank 0 ({workers}): the states are not of one "
@@ -85,8 +89,9 @@ def adopt(states: list[Any], setup: Setup, shuffle: bool = True) -> Adoption:
     found: list[list[np.ndarray]] = [[] for _ in setup.sizes]
     epoch = 0
     for r, state in enumerate(ranks):
-        batch = state["micro_batch_size"]
-        for w, checkpoint in enumerate(state["worker_states"]):
+        batch = None if state is None else state["micro_batch_size"]
+        checkpoints = [None] * workers if state is None else state["worker_states"]
+        for w, checkpoint in enumerate(checkpoints):
             where = f"old rank {r}, worker {w}"
             g = r * workers + w
             pieces, worker_epoch = _worker(checkpoint, batch, g, len(ranks), workers, setup, where)
@@ -119,6 +124,8 @@ def _worker(
         rotation = sum(setup.sizes[:k]) % (max(workers, 1) * world)
         start, stop = worker_range(size, world, workers, g, rotation)
         offsets.append(slice_offsets(counts, start, stop, setup.max_samples_per_sequence))
+    if checkpoint is None:  # a worker of a rank that had not started
+        return [np.arange(o[0], o[-1], dtype=np.int64) for o in offsets], 0
     if isinstance(checkpoint, dict) and "offset" not in checkpoint and "datasets" in checkpoint:
         checkpoint = {"state": {"dataset_state": checkpoint}, "offset": 0}  # num_workers=0: the state as it is now
     if not isinstance(checkpoint, dict) or "offset" not in checkpoint:
