@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profiles import examples
 
 import datareel
 from datareel.blend.adopted import Adopted
 from datareel.energon.adopt import Setup, adopt
 from datareel.plan.adopted import Remainder
 from datareel.testing import Topology, check_restore_everywhere
+from profiles import examples
 
 me = pytest.importorskip("megatron.energon")
 wds = pytest.importorskip("webdataset")
