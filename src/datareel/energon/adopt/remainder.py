@@ -262,7 +262,9 @@ def _reader(state: dict[str, Any], offsets: list[int], k: int, setup: Setup, whe
             f"be passed), the worker count or max_samples_per_sequence differ from the old job's",
             {"dataset": (None, None), "max_samples_per_sequence": (None, setup.max_samples_per_sequence)},
         )
-    listed = None if reader.pending_offset is None or reader.pending is None else reader.pending_offset + len(reader.pending)
+    listed = None  # slices its pass ordered: those opened so far and those still pending
+    if reader.pending_offset is not None and reader.pending is not None:
+        listed = reader.pending_offset + len(reader.pending)
     if listed is not None and setup.over_epochs not in (None, -1) and listed != slices * setup.over_epochs:
         raise StateMismatchError(
             f"{where}: it ordered {listed} slices, its share of this dataset holds {slices * setup.over_epochs}: the "
