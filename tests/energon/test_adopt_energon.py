@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +230,32 @@ def test_refuses_an_unknown_pipeline_and_one_rank_alone(data: dict[str, Path]) -
     loaders = _facade(data["single"], 2, 0)
     with pytest.raises(ForeignStateError, match="every old rank's.*restore_state_global"):
         loaders[0].restore_state_rank(states[0])
+
+
+# -- datareel inspect ------------------------------------------------------------------------------------
+def test_inspect_reads_a_megatron_checkpoint(data: dict[str, Path], tmp_path: Path, capsys: Any) -> None:
+    from datareel.cli import main
+
+    handed, states = _energon(data["single"], steps=3)
+    for rank, state in enumerate(states):
+        torch.save(state, tmp_path / f"train_dataloader_dprank{rank:03d}.pt")
+    assert main(["inspect", str(tmp_path), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert (alone["old_world_size"], alone["old_workers"], alone["remainder"]) == (2, 2, None)
+    assert sum(sum(r["batches"]) * r["batch_size"] for r in alone["ranks"]) == len(handed)
+    args = ["--shuffle-buffer-size", str(BUFFER), "--max-samples-per-sequence", str(PER_SEQUENCE)]
+    assert main(["inspect", str(tmp_path), str(data["single"]), *args, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["remainder"]
+    assert found == {
+        "samples": SIZES["a"] - len(handed),
+        "epoch": 0,
+        "epoch_length": SIZES["a"],
+        "handed_out": len(handed),
+    }
+    assert main(["inspect", str(tmp_path / "train_dataloader_dprank001.pt"), str(data["single"]), *args]) == 0
+    text = capsys.readouterr().out
+    assert f"left of epoch 0: {SIZES['a'] - len(handed)} of {SIZES['a']} samples" in text
+    assert "continues on any world size and worker count" in text
+    (tmp_path / "train_dataloader_dprank000.pt").unlink()
+    assert main(["inspect", str(tmp_path)]) != 0
+    assert "rank(s) [0]" in capsys.readouterr().err

@@ -131,7 +131,7 @@ def test_without_global_batch_size_a_world_size_change_is_refused_with_the_fix(t
     assert ok.cursor == 2
 
 
-def test_an_energon_checkpoint_is_refused_clearly(texts, tmp_path):
+def test_an_energon_checkpoint_is_adopted_or_refused_clearly(texts, tmp_path):
     from megatron.energon import (
         Cooker,
         DefaultTaskEncoder,
@@ -164,9 +164,20 @@ def test_an_energon_checkpoint_is_refused_clearly(texts, tmp_path):
             max_samples_per_sequence=None,
         )
     )
-    for bad in (state, [state]):
-        with pytest.raises(DatareelError, match="written by Megatron-Energon.*cannot be converted"):
+    for bad in (state, [state]):  # another configuration than the old job's: refused naming what differs
+        with pytest.raises(DatareelError, match="max_samples_per_sequence differ from the old job's"):
             ours.restore_state_rank(bad)
+    same = den.get_savable_loader(  # the old job's configuration: adopted (tests/energon/test_adopt_energon.py)
+        den.get_train_dataset(
+            str(texts),
+            worker_config=den.WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=2,
+            shuffle_buffer_size=10,
+            max_samples_per_sequence=10,
+        )
+    )
+    same.restore_state_rank(state)
+    assert len(same.loader.dataset.remainder) == 88  # 90 samples, one batch of 2 handed out
 
 
 def test_virtual_epochs_and_val_limit(texts):

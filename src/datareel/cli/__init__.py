@@ -173,6 +173,19 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         say(json.dumps(result, indent=2) if args.json else format_info(result))
         return 0
     if args.command == "inspect":
+        from .inspect_energon import is_energon_checkpoint
+
+        if is_energon_checkpoint(args.state):  # Megatron's per-rank files of a megatron.energon job
+            from .inspect_energon import describe_energon, format_energon
+
+            order = {
+                "shuffle_buffer_size": args.shuffle_buffer_size,
+                "max_samples_per_sequence": args.max_samples_per_sequence,
+                "parallel_shard_iters": args.parallel_shard_iters,
+            }
+            found = describe_energon(args.state, _dataset(parser, args, required=False), args.split, order)
+            say(json.dumps(found, indent=2) if args.json else format_energon(found))
+            return 0
         from .inspect_state import describe_state, format_description, load_state_file
 
         state, where = load_state_file(args.state, args.key, trusted=args.trusted)

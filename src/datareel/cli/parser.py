@@ -79,6 +79,17 @@ def _parser() -> argparse.ArgumentParser:
     _state_file_arguments(inspect)
     _dataset_arguments(inspect, "(optional) the job's dataset: also each source's epoch and offset at the cursor")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    for flag, what in (
+        ("--shuffle-buffer-size", "shuffle_buffer_size"),
+        ("--max-samples-per-sequence", "max_samples_per_sequence"),
+        ("--parallel-shard-iters", "parallel_shard_iters"),
+    ):
+        inspect.add_argument(
+            flag,
+            type=int,
+            default=None,
+            help=f"(a megatron.energon checkpoint) the old job's {what}, to find its remainder",
+        )
     verify = commands.add_parser(
         "verify",
         help="restore a loader state on a topology, as the job would: OK with the next global batches' keys per "
