@@ -259,3 +259,46 @@ def test_inspect_reads_a_megatron_checkpoint(data: dict[str, Path], tmp_path: Pa
     (tmp_path / "train_dataloader_dprank000.pt").unlink()
     assert main(["inspect", str(tmp_path)]) != 0
     assert "rank(s) [0]" in capsys.readouterr().err
+
+
+# -- Megatron's own path: restore_state_rank of each rank's file, in real gloo processes -----------------
+def _megatron_rank(rank: int, world: int, path: str, out: str, workers: int) -> None:
+    """One rank of a resumed Megatron job: restores its own file if the checkpoint has one (as Megatron does),
+    then trains until the adopted remainder is served; writes the keys at each position it received."""
+    out_dir = Path(out)
+    (loader,) = [_facade(Path(path), world, workers)[rank]]
+    mine = out_dir / f"train_dataloader_dprank{rank:03d}.pt"
+    if mine.exists():
+        loader.restore_state_rank(torch.load(mine, weights_only=False))
+    it = iter(loader)  # the first iteration gathers what every rank restored, then adopts
+    remainder = len(loader.loader.dataset.remainder)
+    got: dict[int, str] = {}
+    steps = -(-remainder // loader.loader.layout.step_size)
+    for _ in range(steps):
+        batch = next(it)
+        _, start, _ = batch.__restore_key__
+        got.update({start + i: k for i, k in enumerate(batch.__key__)})
+    (out_dir / f"served-{world}-{rank}.json").write_text(json.dumps({"remainder": remainder, "got": got}))
+    loader.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world,workers", [(3, 1), (2, 0)])
+def test_megatron_restore_state_rank_in_real_processes(
+    data: dict[str, Path], tmp_path: Path, world: int, workers: int
+) -> None:
+    """Old job 2 ranks × 2 workers; the new job grows to 3 ranks (rank 2 finds no file and takes part in the
+    gather) or keeps 2 ranks with other workers: every rank calls restore_state_rank with its own file only."""
+    from datareel.testing import run_local
+
+    handed, states = _energon(data["blend"], steps=3)
+    for rank, state in enumerate(states):
+        torch.save(state, tmp_path / f"train_dataloader_dprank{rank:03d}.pt")
+    run_local(_megatron_rank, world, str(data["blend"]), str(tmp_path), workers, timeout=240)
+    served: dict[int, str] = {}
+    for rank in range(world):
+        found = json.loads((tmp_path / f"served-{world}-{rank}.json").read_text())
+        remainder = found["remainder"]
+        served.update({int(p): k for p, k in found["got"].items() if int(p) < remainder})
+    assert sorted(served) == list(range(remainder))
+    assert collections.Counter(handed) + collections.Counter(served.values()) == _epoch("blend")

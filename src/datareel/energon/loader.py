@@ -24,6 +24,7 @@ from typing import Any
 
 import torch.distributed as torch_dist
 
+from .. import dist
 from ..blend.adopted import Adopted, adopted_from_state
 from ..blend.tree import Concat
 from ..errors import ForeignStateError, OptionError, StateMismatchError, check_int
@@ -32,7 +33,7 @@ from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
 from ..reel import WindowedStage
 from ..sources.base import Source
-from .adopt.facade import energon_states, setup_of
+from .adopt.facade import energon_ranks, energon_states, setup_of
 from .adopt.remainder import adopt
 from .loader_args import LoaderOptions
 from .loader_restore import SampleRestorer
@@ -40,7 +41,7 @@ from .passes import Epochize, Passes, local_share
 from .passes import Limit as LimitStream
 from .passes import Repeat as RepeatStream
 from .spec import DatasetSpec, Repeat, WorkerConfig
-from .states import batch_size_mismatch, one_state, state_to_adopt
+from .states import batch_size_mismatch, gather_restored, one_state, state_to_adopt
 from .stream import LoaderStream, one_pass
 from .task_encoder.base import DefaultTaskEncoder
 from .task_encoder.cooking import bind_cookers
@@ -225,6 +226,9 @@ class EnergonLoader:
         self._datareel("restore_state_rank")
         old = energon_states(state)
         if old is not None:  # megatron.energon's own state: adopt the rest of its epoch (datareel.energon.adopt)
+            if not isinstance(state, (list, tuple)) and self._in_group():  # gathered at the first iteration
+                self._restored, self._agreed = state, False
+                return
             if not isinstance(state, (list, tuple)) and self.worker_config.world_size != 1:
                 raise ForeignStateError(
                     "restore_state_rank: this is one rank's megatron.energon state; adopting needs every old rank's "
@@ -237,6 +241,11 @@ class EnergonLoader:
         state = one_state(state)
         self._restore(lambda: self._load(state))
         self._restored, self._agreed = state, False
+
+    def _in_group(self) -> bool:
+        """Whether restored states are agreed across a torch.distributed data-parallel group (see :meth:`_agree`)."""
+        loader = self._datareel("restore_state_rank")
+        return self.agree_restored_state and dist.initialised() and loader.world_size > 1
 
     def _adopt_energon(self, states: list[Any]) -> None:
         """Serve the rest of the epoch the megatron.energon job that saved ``states`` had not handed out, then
@@ -277,7 +286,13 @@ class EnergonLoader:
             return
         self._agreed = True
         loader = self.loader
-        adopt = state_to_adopt(self._restored, loader) if self.agree_restored_state else None
+        everyone = gather_restored(self._restored, loader) if self.agree_restored_state else None
+        old = None if everyone is None else energon_ranks(everyone)
+        if old is not None:  # megatron.energon's per-rank states, one per old rank (Megatron's files)
+            self._restore(lambda: self._adopt_energon(old))
+            self._restored = None
+            return
+        adopt = state_to_adopt(self._restored, loader, everyone) if everyone is not None else None
         if adopt is not None:
             self._restore(lambda: self._load(adopt))
             self._restored = adopt

@@ -56,16 +56,27 @@ def _text(state: Any, i: int, where: str) -> str:
     )
 
 
-def state_to_adopt(restored: dict[str, Any] | None, loader: Loader) -> dict[str, Any] | None:
+def gather_restored(restored: Any, loader: Loader) -> list[Any] | None:
+    """Collective over ``loader``'s data-parallel group: what every rank restored (``None`` where nothing), in
+    rank order; ``None`` where there is no group to ask (one rank, no torch.distributed, simulated ranks)."""
+    group, world = loader.group, loader.world_size
+    if not (dist.initialised() and world > 1) or torch_dist.get_world_size(group) != world:
+        return None
+    return dist.gather_to_all(restored, group)
+
+
+def state_to_adopt(
+    restored: dict[str, Any] | None, loader: Loader, gathered: list[Any] | None = None
+) -> dict[str, Any] | None:
     """Collective over ``loader``'s data-parallel group (one all-gather of the ~200-byte restored states): the
     state this rank must restore because it restored none (``restored is None``) while others did; ``None``
     when there is nothing to adopt (or nothing to agree with: one rank, no torch.distributed, ranks simulated
     in one process).  Ranks that restored different states raise :class:`~datareel.StateMismatchError`,
     naming the ranks."""
-    group, world = loader.group, loader.world_size
-    if not (dist.initialised() and world > 1) or torch_dist.get_world_size(group) != world:
+    everyone = gathered if gathered is not None else gather_restored(restored, loader)
+    if everyone is None:
         return None
-    states = {r: s for r, s in enumerate(dist.gather_to_all(restored, group)) if s is not None}
+    states = {r: s for r, s in enumerate(everyone) if s is not None}
     if not states:
         return None
     first = min(states)

@@ -93,3 +93,27 @@ def _shard_counts(leaf: Any) -> np.ndarray:
             f"sample counts are needed to find each old worker's samples)"
         )
     return np.asarray(counts, dtype=np.int64)
+
+
+def energon_ranks(everyone: list[Any]) -> list[Any] | None:
+    """The old ranks' megatron.energon states from what each rank of the group restored with
+    ``restore_state_rank`` (``None`` where it found no file), or ``None`` if none restored one.  Megatron has new
+    rank ``r`` restore old rank ``r``'s file, so after a grow the ranks past the old world restored nothing; a rank
+    below one that restored a file but without one itself means that file is missing (refused, naming it)."""
+    found = [is_energon_state(s) for s in everyone]
+    if not any(found):
+        return None
+    other = [r for r, (f, s) in enumerate(zip(found, everyone)) if not f and s is not None]
+    if other:
+        raise ForeignStateError(
+            f"ranks {other} restored a datareel state while others restored megatron.energon states: every rank "
+            f"must restore the same checkpoint step"
+        )
+    last = max(r for r, f in enumerate(found) if f)
+    missing = [r for r in range(last) if not found[r]]
+    if missing:
+        raise ForeignStateError(
+            f"ranks {missing} restored no megatron.energon state while rank {last} did: the checkpoint lacks "
+            f"train_dataloader_dprank{missing[0]:03d}.pt; adopting needs every old rank's state (copy the file back)"
+        )
+    return everyone[: last + 1]
