@@ -302,3 +302,23 @@ def test_megatron_restore_state_rank_in_real_processes(
         served.update({int(p): k for p, k in found["got"].items() if int(p) < remainder})
     assert sorted(served) == list(range(remainder))
     assert collections.Counter(handed) + collections.Counter(served.values()) == _epoch("blend")
+
+
+def test_inspect_and_verify_a_datareel_state_saved_mid_remainder(
+    data: dict[str, Path], tmp_path: Path, capsys: Any
+) -> None:
+    from datareel.cli import main
+
+    handed, states = _energon(data["single"], steps=3)
+    (loader,) = _facade(data["single"], 1, 0)
+    loader.restore_state_global(states)
+    it = iter(loader)
+    next(it), next(it)
+    (tmp_path / "state.json").write_text(json.dumps(loader.save_state_rank()))
+    left = SIZES["a"] - len(handed)
+    assert main(["inspect", str(tmp_path / "state.json")]) == 0
+    assert f"remainder of {left} samples comes first: 4 of them served" in capsys.readouterr().out
+    verify = ["verify", str(tmp_path / "state.json"), str(data["single"]), "--world-size", "2"]
+    assert main([*verify, "--micro-batch-size", "1"]) == 0  # the remainder restored in front of the dataset
+    assert "OK on world_size 2" in capsys.readouterr().out
+    loader.close()

@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import DatareelError
 from .parser import DEBUG_HELP as DEBUG_HELP
@@ -118,6 +119,14 @@ def _in_flags(message: str) -> str:
     return message
 
 
+def _opened(dataset: Any, state: Any) -> Any:
+    """The job's dataset as the state read it: with the remainder a state saved after adopting a megatron.energon
+    checkpoint records in front of it (:mod:`datareel.blend.adopted`)."""
+    from ..blend.adopted import adopted_from_state
+
+    return adopted_from_state(dataset, state) or dataset
+
+
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "demo":
         from .demo import run_demo
@@ -197,7 +206,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
             described["per_source"] = sources_at_cursor(
                 state,
-                open_dataset(dataset, split=args.split, name=args.name),
+                _opened(open_dataset(dataset, split=args.split, name=args.name), state),
                 shown=dataset,
                 trusted=args.trusted,
                 task_encoder=args.task_encoder,
@@ -217,7 +226,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         state, _ = load_state_file(args.state, args.key, trusted=args.trusted)
         verdict = verify_state(
             state,
-            open_dataset(dataset, split=args.split, name=args.name),
+            _opened(open_dataset(dataset, split=args.split, name=args.name), state),
             world_size=args.world_size,
             micro_batch_size=args.micro_batch_size,
             num_workers=args.num_workers,

@@ -94,8 +94,14 @@ def describe_state(state: dict[str, Any]) -> dict[str, Any]:
         },
     }
     size = dataset.get("size")
-    if not packed and not dataset.get("sources") and isinstance(size, int) and size > 0:
-        out["epoch"], out["epoch_offset"] = divmod(cursor, size)  # one dataset: the reel is its passes
+    adopted = dataset.get("adopted") if isinstance(dataset.get("adopted"), dict) else None
+    reel = cursor  # the dataset's own reel position
+    if adopted is not None:  # a megatron.energon remainder first (datareel.blend.adopted), then the reel from skip
+        out["adopted"] = {"samples": adopted.get("samples"), "skip": adopted.get("skip")}
+        left, skip = adopted.get("samples"), adopted.get("skip")
+        reel = None if not isinstance(left, int) or not isinstance(skip, int) or cursor < left else cursor - left + skip
+    if reel is not None and not packed and not dataset.get("sources") and isinstance(size, int) and size > 0:
+        out["epoch"], out["epoch_offset"] = divmod(reel, size)  # one dataset: the reel is its passes
     return out
 
 
@@ -127,6 +133,10 @@ def format_description(d: dict[str, Any]) -> str:
         lines.append(f"schedule    global batch sizes: {d['schedule']}")
     if d["pack"] is not None:
         lines.append(f"pack        next pack: input window {d['pack'][0]:,}, pack {d['pack'][1]:,} of that window")
+    if d.get("adopted"):
+        left = d["adopted"]["samples"]
+        where = f"{d['cursor']:,} of them served" if d["cursor"] < left else "all served"
+        lines.append(f"adopted     a megatron.energon epoch's remainder of {left:,} samples comes first: {where}")
     if "epoch" in d:
         lines.append(f"epoch       {d['epoch']:,}, sample {d['epoch_offset']:,} of {d['dataset']['size']:,} in it")
     blocks, order = d.get("locality"), ""
