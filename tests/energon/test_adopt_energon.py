@@ -322,3 +322,80 @@ def test_inspect_and_verify_a_datareel_state_saved_mid_remainder(
     assert main([*verify, "--micro-batch-size", "1"]) == 0  # the remainder restored in front of the dataset
     assert "OK on world_size 2" in capsys.readouterr().out
     loader.close()
+
+
+def test_refuses_another_buffer_size_order_or_seed(data: dict[str, Path]) -> None:
+    _, states = _energon(data["single"], steps=3)
+    (loader,) = _facade(data["single"], 1, 0, shuffle_buffer_size=BUFFER * 4)
+    with pytest.raises(
+        StateMismatchError, match=f"old job's shuffle_buffer_size was {BUFFER}.*pass shuffle_buffer_size"
+    ):
+        loader.restore_state_global(states)
+    (loader,) = _facade(data["single"], 1, 0)
+    with pytest.raises(StateMismatchError, match="not seeded for global worker 0.*rank order"):
+        loader.restore_state_global(states[::-1])  # the old ranks' states out of order
+    (loader,) = _facade(data["single"], 1, 0, shuffle_over_epochs_multiplier=2)
+    with pytest.raises(ForeignStateError, match="shuffle_over_epochs_multiplier=2"):
+        loader.restore_state_global(states)
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=0, seed_offset=5)
+    other = den.get_savable_loader(
+        den.get_train_dataset(
+            data["single"],
+            batch_size=BATCH,
+            worker_config=config,
+            shuffle_buffer_size=BUFFER,
+            max_samples_per_sequence=PER_SEQUENCE,
+        )
+    )
+    with pytest.raises(StateMismatchError, match="seed_offset"):
+        other.restore_state_global(states)
+
+
+def test_refuses_an_encoder_that_skipped_samples(data: dict[str, Path]) -> None:
+    class Skipping(me.DefaultTaskEncoder):
+        def encode_sample(self, sample: Any) -> Any:
+            if sample.__key__.endswith("3"):
+                raise me.SkipSample()
+            return sample
+
+    states = []
+    for rank in range(2):
+        config = me.WorkerConfig(rank=rank, world_size=2, num_workers=0)
+        dataset = me.get_train_dataset(
+            data["single"],
+            batch_size=BATCH,
+            worker_config=config,
+            task_encoder=Skipping(),
+            shuffle_buffer_size=BUFFER,
+            max_samples_per_sequence=PER_SEQUENCE,
+        )
+        loader = me.get_savable_loader(dataset)
+        it = iter(loader)
+        for _ in range(6):
+            next(it)
+        states.append(loader.save_state_rank())
+    (loader,) = _facade(data["single"], 1, 0)
+    with pytest.raises(ForeignStateError, match=r"skipped samples \(SkipSample\)"):
+        loader.restore_state_global(states)
+
+
+def test_a_checkpoint_file_that_names_code_is_refused(tmp_path: Path) -> None:
+    class Runs:
+        def __reduce__(self) -> Any:
+            return (Path.touch, (tmp_path / "ran",))
+
+    state = {"worker_states": [Runs()], "next_worker_id": 0, "micro_batch_size": 2}
+    torch.save(state, tmp_path / "train_dataloader_dprank000.pt")
+    with pytest.raises(ForeignStateError, match="names .* refusing to load it"):
+        den.read_energon_checkpoint(tmp_path)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_excluded_samples_are_refused(tmp_path: Path) -> None:
+    _prepare(tmp_path / "x", "x", 20)
+    split = tmp_path / "x" / ".nv-meta" / "split.yaml"
+    split.write_text(split.read_text() + "exclude:\n  - parts/data-0.tar/x00003\n")
+    handed, states = _run_energon(tmp_path / "x", 2, 1, 0)
+    (loader,) = _facade(tmp_path / "x", 1, 0)
+    with pytest.raises(ForeignStateError, match="excludes samples"):
+        loader.restore_state_global(states)

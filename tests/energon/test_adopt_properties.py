@@ -82,25 +82,9 @@ def _item(key: str) -> tuple[int, int]:
     buffer=st.one_of(st.none(), st.integers(1, 8)),
     per_sequence=st.one_of(st.none(), st.integers(1, 6)),
     parallel=st.sampled_from([None, 1, 3]),
-    steps=st.integers(1, 9),  # (a job whose workers never started saved None on every rank: refused)
+    steps=st.integers(1, 14),  # past a worker's pass too (a job with no batch saved None on every rank: refused)
 )
 def test_replay_matches_megatron_energon(data: dict[str, Path], **s: Any) -> None:
-    handed: list[tuple[int, int]] = []
-    states = []
-    for rank in range(s["world"]):
-        config = me.WorkerConfig(rank=rank, world_size=s["world"], num_workers=s["workers"])
-        options: dict[str, Any] = {"shuffle_buffer_size": s["buffer"], "max_samples_per_sequence": s["per_sequence"]}
-        if s["parallel"] is not None:
-            options["parallel_shard_iters"] = s["parallel"]
-        dataset = me.get_train_dataset(data[s["kind"]], batch_size=s["batch"], worker_config=config, **options)
-        loader = me.get_savable_loader(dataset)
-        if s["steps"]:  # (megatron.energon's save waits for a started worker's first batch)
-            it = iter(loader)
-            for _ in range(s["steps"]):
-                handed += [_item(k) for k in next(it).__key__]
-        states.append(loader.save_state_rank())
-        if getattr(loader, "_iterator", None) is not None:
-            loader._iterator._shutdown_workers()  # megatron.energon's workers otherwise take ~10 s to go
     prefixes = ["a"] if s["kind"] == "single" else ["a", "b"]
     setup = Setup(
         sizes=tuple(SHARDS[p][0] for p in prefixes),
@@ -109,17 +93,47 @@ def test_replay_matches_megatron_energon(data: dict[str, Path], **s: Any) -> Non
         shuffle_buffer_size=s["buffer"] if s["buffer"] and s["buffer"] > 1 else None,  # Energon's rule
         max_samples_per_sequence=s["per_sequence"],
         parallel_shard_iters=s["parallel"],
-        over_epochs=1,
+        over_epochs=(1,) * len(prefixes),
         epoch_length=sum(SHARDS[p][0] for p in prefixes),
+        seed_offset=0,
     )
-    adoption = adopt(states, setup)
+    # the same job saved with Energon's default checkpoints (each worker's lies batches back: replayed) and with
+    # a checkpoint after every batch (the state is the save point itself: nothing to replay)
+    handed, states = _train(data[s["kind"]], s, {})
+    exact_handed, exact_states = _train(
+        data[s["kind"]], s, {"checkpoint_every_sec": 0, "checkpoint_every_min_n_samples": 1}
+    )
+    assert handed == exact_handed
+    adoption, exact = adopt(states, setup), adopt(exact_states, setup)
     rest = list(zip(adoption.remainder.leaves.tolist(), adoption.remainder.indices.tolist()))
+    assert rest == list(zip(exact.remainder.leaves.tolist(), exact.remainder.indices.tolist()))
+    assert adoption.epoch == exact.epoch
     epoch = collections.Counter((k, i) for k, p in enumerate(prefixes) for i in range(SHARDS[p][0]))
     assert len(set(rest)) == len(rest)
     if adoption.epoch == 0:  # every worker still in its first pass: exactly once
         assert collections.Counter(handed) + collections.Counter(rest) == epoch
     else:  # a worker began its next pass: its rest of that pass; together they still cover the epoch
         assert set(handed) | set(rest) == set(epoch)
+
+
+def _train(path: Path, s: dict[str, Any], checkpoints: dict[str, Any]) -> tuple[list[tuple[int, int]], list[Any]]:
+    """megatron.energon trains ``s["steps"]`` batches on each old rank; what it handed out, and each rank's state."""
+    handed: list[tuple[int, int]] = []
+    states = []
+    for rank in range(s["world"]):
+        config = me.WorkerConfig(rank=rank, world_size=s["world"], num_workers=s["workers"])
+        options: dict[str, Any] = {"shuffle_buffer_size": s["buffer"], "max_samples_per_sequence": s["per_sequence"]}
+        if s["parallel"] is not None:
+            options["parallel_shard_iters"] = s["parallel"]
+        dataset = me.get_train_dataset(path, batch_size=s["batch"], worker_config=config, **options)
+        loader = me.get_savable_loader(dataset, **checkpoints)
+        it = iter(loader)
+        for _ in range(s["steps"]):
+            handed += [_item(k) for k in next(it).__key__]
+        states.append(loader.save_state_rank())
+        if getattr(loader, "_iterator", None) is not None:
+            loader._iterator._shutdown_workers()  # megatron.energon's workers otherwise take ~10 s to go
+    return handed, states
 
 
 @st.composite

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ...blend.tree import Blend, EpochizedMix, length_of
+from ...blend.tree import Blend, EpochizedMix, Mix
 from ...errors import ForeignStateError, OptionError
 from ...sources.base import Source
 from ...sources.view import SourceView
@@ -42,39 +42,62 @@ def setup_of(spec: Any) -> Setup:
             f"adopting a megatron.energon state: this job sets {what}, with which Energon's handed-out samples "
             f"depend on the data; adopt into a loader without it"
         )
-    if isinstance(dataset, EpochizedMix):
-        if any(r != 1 for r in dataset.repetitions):
-            raise ForeignStateError(
-                f"adopting a megatron.energon state: blend_epochized repetitions {list(dataset.repetitions)}; only "
-                f"repetitions of 1 (each dataset once per epoch) can be adopted"
-            )
-        leaves = list(dataset.children)
-    elif isinstance(dataset, Blend):
-        raise ForeignStateError(
-            f"adopting a megatron.energon state: the dataset is a {dataset.kind} blend; a plain dataset or a "
-            f"blend_epochized metadataset (repetitions 1) can be adopted"
-        )
-    else:
-        leaves = [dataset]
-    counts = tuple(_shard_counts(leaf) for leaf in leaves)
+    leaves = _leaves(dataset)
     multiplier = order.get("shuffle_over_epochs_multiplier", 1)
-    if multiplier not in (1, None):
-        raise ForeignStateError(
-            f"adopting a megatron.energon state: shuffle_over_epochs_multiplier={multiplier} shuffles over several "
-            f"epochs at once, so an epoch's rest is not one set; only 1 (the default) or None can be adopted"
-        )
     buffer = order.get("shuffle_buffer_size")
     return Setup(
         sizes=tuple(len(leaf) for leaf in leaves),
-        shard_counts=counts,
-        blend=isinstance(dataset, EpochizedMix),
+        shard_counts=tuple(_shard_counts(leaf) for leaf in leaves),
+        blend=len(leaves) > 1,  # Energon builds no blend around a single dataset
         # Energon builds a shuffle buffer only for a size above 1
         shuffle_buffer_size=buffer if buffer is not None and buffer > 1 else None,
         max_samples_per_sequence=order.get("max_samples_per_sequence"),
         parallel_shard_iters=order.get("parallel_shard_iters"),
-        over_epochs=None if multiplier is None else int(multiplier),
-        epoch_length=length_of(dataset),
+        over_epochs=tuple(_over_epochs(leaf, multiplier) for leaf in leaves),
+        epoch_length=sum(len(leaf) for leaf in leaves),  # each dataset once (the reel's epoch, or its mix's)
+        seed_offset=spec.worker_config.seed_offset,
     )
+
+
+def _leaves(dataset: Any) -> list[Any]:
+    """The datasets Energon blends per sample, in its order: one dataset, or a ``blend_epochized`` (nested ones
+    flattened, as Energon does) whose repetitions are all 1; a weighted ``blend:`` of one dataset is that dataset."""
+    if isinstance(dataset, Mix) and len(dataset.children) == 1:
+        return _leaves(dataset.children[0])
+    if isinstance(dataset, Mix):
+        raise ForeignStateError(
+            "adopting a megatron.energon state: the dataset is a weighted blend (a metadataset's 'blend:'), which "
+            "each Energon worker draws from with replacement: it has no epoch whose rest could be served exactly "
+            "once. Start the datareel.energon loader fresh (or keep the job on megatron.energon)"
+        )
+    if isinstance(dataset, EpochizedMix):
+        if any(r != 1 for r in dataset.repetitions):
+            raise ForeignStateError(
+                f"adopting a megatron.energon state: blend_epochized repetitions {list(dataset.repetitions)}; only "
+                f"repetitions of 1 (each dataset once per epoch) can be adopted (finish the epoch on megatron.energon)"
+            )
+        return [leaf for child in dataset.children for leaf in _leaves(child)]
+    if isinstance(dataset, Blend):
+        raise ForeignStateError(
+            f"adopting a megatron.energon state: the dataset is a {dataset.kind} blend; a plain dataset or a "
+            f"blend_epochized metadataset (repetitions 1) can be adopted"
+        )
+    return [dataset]
+
+
+def _over_epochs(leaf: Any, multiplier: Any) -> int | None:
+    """Energon's ``shuffle_over_epochs`` of one dataset: 1, or ``None`` (in order); others are refused."""
+    own = getattr(leaf, "over_epochs", 1)
+    if getattr(leaf, "shuffle", None) is False or multiplier is None:
+        return None
+    if own != 1 or multiplier != 1:
+        value = own if own != 1 else multiplier
+        raise ForeignStateError(
+            f"adopting a megatron.energon state: {leaf.name} is shuffled with shuffle_over_epochs_multiplier={value}"
+            f" ({'slices drawn with replacement: no epoch' if value == -1 else 'several epochs shuffled as one'}), "
+            f"so the rest of one epoch is not one set; only 1 (the default) or None can be adopted"
+        )
+    return 1
 
 
 def _shard_counts(leaf: Any) -> np.ndarray:
@@ -86,6 +109,12 @@ def _shard_counts(leaf: Any) -> np.ndarray:
                 f"split; Energon splits a subset over its workers differently, so it cannot be adopted"
             )
         source = source.base
+    if getattr(getattr(source, "split", None), "excluded_samples", None):
+        raise ForeignStateError(
+            f"adopting a megatron.energon state: {leaf.name}'s split.yaml excludes samples, which Energon keeps in "
+            f"its index (and skips when reading) and datareel leaves out of its own: their numbers differ, so such "
+            f"a dataset cannot be adopted"
+        )
     counts = getattr(source, "counts", None)
     if not isinstance(source, Source) or counts is None:
         raise OptionError(

@@ -54,8 +54,11 @@ class Setup:
     shuffle_buffer_size: int | None
     max_samples_per_sequence: int | None
     parallel_shard_iters: int | None
-    over_epochs: int | None
+    over_epochs: tuple[int | None, ...]
+    """Per dataset: 1 (each epoch its own shuffle) or ``None`` (read in order)."""
     epoch_length: int
+    seed_offset: int | None = None
+    """The old job's ``WorkerConfig.seed_offset`` (its workers' generators are seeded with it), if known."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class Adoption:
     remainder: Remainder
     old_world_size: int
     old_workers: int
-    handed_out: int
+    handed_out: int | None
     epoch: int
 
 
@@ -94,7 +97,13 @@ def adopt(states: list[Any], setup: Setup, shuffle: bool = True) -> Adoption:
         for w, checkpoint in enumerate(checkpoints):
             where = f"old rank {r}, worker {w}"
             g = r * workers + w
-            pieces, worker_epoch = _worker(checkpoint, batch, g, len(ranks), workers, setup, where)
+            try:
+                pieces, worker_epoch = _worker(checkpoint, batch, g, len(ranks), workers, setup, where)
+            except (KeyError, TypeError, AttributeError, IndexError) as exc:  # a field missing or of another kind
+                raise ForeignStateError(
+                    f"{where}: its state does not have the layout of a megatron.energon 7.x savable-loader state "
+                    f"({type(exc).__name__}: {exc}); it was written by another version, which datareel cannot adopt"
+                ) from None
             epoch = max(epoch, worker_epoch)
             for k, piece in enumerate(pieces):
                 found[k].append(piece)
@@ -111,7 +120,7 @@ def adopt(states: list[Any], setup: Setup, shuffle: bool = True) -> Adoption:
     leaf, index = np.concatenate(leaves), np.concatenate(indices)  # (L,) each, sorted by (leaf, index)
     digest = hashlib.blake2b(leaf.tobytes() + index.tobytes(), digest_size=8).hexdigest()
     remainder = Remainder(leaf, index, name_key(f"energon-adopt:{digest}"), (epoch + 1) * setup.epoch_length, shuffle)
-    handed = (epoch + 1) * setup.epoch_length - len(remainder)
+    handed = setup.epoch_length - len(remainder) if epoch == 0 else None  # of its first epoch
     return Adoption(remainder, len(ranks), workers, handed, epoch)
 
 
@@ -133,11 +142,18 @@ def _worker(
     state, offset = checkpoint.get("state"), int(checkpoint["offset"])
     tree = None if state is None else state.get("dataset_state")
     if tree is None:
-        if offset:
-            raise StateDamagedError(f"{where}: no recorded state, yet {offset} batches after it")
+        # megatron.energon's first checkpoint of a worker records no state at batch -1: an offset of 1 from it
+        # means no batch was handed out (a worker restored from no state would record offset 0)
+        if offset > 1:
+            raise StateDamagedError(
+                f"{where}: no recorded state, yet {offset} batches handed out after it; cannot be replayed"
+            )
         return [np.arange(o[0], o[-1], dtype=np.int64) for o in offsets], 0
     chain, base = _chain(tree, where)
-    source = _source(base, offsets, setup, where, any(name == "RepeatDataset" for name, _ in chain))
+    repeats = [node for name, node in chain if name == "RepeatDataset"]
+    passes = int(repeats[0]["_repetition"]) if repeats else 0
+    source = _source(base, offsets, setup, where, bool(repeats), passes, g)
+    _check_no_skips(chain, batch, where)
     if setup.blend != isinstance(source, EpochBlend):
         raise StateMismatchError(
             f"{where}: the old job read {'a blend' if isinstance(source, EpochBlend) else 'one dataset'}, this one "
@@ -156,11 +172,11 @@ def _worker(
     if buffers:
         items = [_item(key, where) for key in buffers[0]["_active_buffer"]["_restore_keys"]]
         size = int(setup.shuffle_buffer_size or 0)
-        if len(items) > size:
+        if len(items) not in (0, size - 1):  # an endless stream: after its first pop the buffer holds size - 1
             raise StateMismatchError(
-                f"{where}: its shuffle buffer holds {len(items)} samples, more than shuffle_buffer_size={size}; pass "
-                f"the shuffle_buffer_size the old job used",
-                {"shuffle_buffer_size": (None, size)},
+                f"{where}: its shuffle buffer holds {len(items)} samples, so the old job's shuffle_buffer_size was "
+                f"{len(items) + 1}, not {size}; pass shuffle_buffer_size={len(items) + 1}",
+                {"shuffle_buffer_size": (len(items) + 1, size)},
             )
         buffer = Buffer(buffers[0], size, items)
         stream = buffer.run(stream)
@@ -172,12 +188,11 @@ def _worker(
             f"hold fewer: the dataset or configuration differs from the old job's",
             {"dataset": (None, None)},
         )
-    readers = source.readers if isinstance(source, EpochBlend) else [source]
-    pieces = [r.unread() for r in readers]
+    pieces = source.unread() if isinstance(source, EpochBlend) else [source.unread()]
     for k, i in buffer.items if buffer else []:
         pieces[k] = np.append(pieces[k], i)
     # a sample still buffered from the worker's previous pass is also unread in its current one: served once
-    return [np.unique(p) for p in pieces], max(r.epoch for r in readers)
+    return [np.unique(p) for p in pieces], source.epoch
 
 
 def _chain(tree: Any, where: str) -> tuple[list[tuple[str, Any]], Any]:
@@ -211,9 +226,46 @@ def _chain(tree: Any, where: str) -> tuple[list[tuple[str, Any]], Any]:
         node = subs[0]
 
 
-def _source(base: Any, offsets: list[list[int]], setup: Setup, where: str, repeats: bool) -> SliceReader | EpochBlend:
+def _check_seed(seed: int, g: int, setup: Setup, where: str) -> None:
+    """Each worker's generators were seeded with sha1("{global worker},{seed_offset}") (Energon's worker seed):
+    a state read as another worker's (ranks out of order, one missing before the last, another worker count) or
+    saved with another ``seed_offset`` is refused here."""
+    if setup.seed_offset is None:
+        return
+    wanted = int.from_bytes(hashlib.sha1(f"{g},{setup.seed_offset}".encode()).digest(), "big") & 0xFFFFFFFF
+    if seed != wanted:
+        raise StateMismatchError(
+            f"{where}: its generators were not seeded for global worker {g} with seed_offset={setup.seed_offset}: the "
+            f"states are not in old-rank order, an old rank's state is missing, the old worker count differs, or the "
+            f"old job's WorkerConfig seed_offset differs; pass every old rank's state in rank order "
+            f"(read_energon_checkpoint(dir)) and the old job's seed_offset",
+            {"seed_offset": (None, setup.seed_offset)},
+        )
+
+
+def _check_no_skips(chain: list[tuple[str, Any]], batch: Any, where: str) -> None:
+    """Before its checkpoint the worker's encode_sample took one sample per output: a task encoder that skipped
+    samples (``SkipSample``) makes the handed-out samples depend on the data, and is refused."""
+    names = [name for name, _ in chain]
+    if "BatchDataset" not in names or names.index("BatchDataset") + 1 >= len(chain) or not batch:
+        return
+    batches, below = chain[names.index("BatchDataset")][1], chain[names.index("BatchDataset") + 1]
+    if below[0] != "MapDataset":
+        return
+    taken, made = int(below[1].get("_sample_index", 0)), int(batches.get("_sample_index", 0)) * int(batch)
+    if taken != made:
+        raise ForeignStateError(
+            f"{where}: its encode_sample took {taken} samples for {made} batched ones: it skipped samples "
+            f"(SkipSample), so which samples the old job handed out cannot be told from its state; such a job "
+            f"cannot be adopted mid-epoch (adopt at an epoch's end, or start the datareel.energon loader fresh)"
+        )
+
+
+def _source(
+    base: Any, offsets: list[list[int]], setup: Setup, where: str, repeats: bool, passes: int, g: int
+) -> SliceReader | EpochBlend:
     if base["__class__"] == "WebdatasetSampleLoaderDataset":
-        return _reader(base, offsets[0], 0, setup, where)
+        return _reader(base, offsets[0], 0, setup, where, g)
     if not repeats:
         raise ForeignStateError(
             f"{where}: the old job reads a weighted blend (a metadataset's 'blend:'), which draws its datasets with "
@@ -238,11 +290,11 @@ def _source(base: Any, offsets: list[list[int]], setup: Setup, where: str, repea
                 f"{where}: dataset {k} of the old job's blend_epochized is read through {name!r}: only repetitions: 1 "
                 f"(each dataset once per epoch) can be adopted; finish the epoch on megatron.energon"
             )
-        readers.append(_reader(node, offsets[k], k, setup, where))
-    return EpochBlend(base, readers, [float(s) for s in setup.sizes])
+        readers.append(_reader(node, offsets[k], k, setup, where, g))
+    return EpochBlend(base, readers, [float(s) for s in setup.sizes], passes)
 
 
-def _reader(state: dict[str, Any], offsets: list[int], k: int, setup: Setup, where: str) -> SliceReader:
+def _reader(state: dict[str, Any], offsets: list[int], k: int, setup: Setup, where: str, g: int) -> SliceReader:
     parallel = setup.parallel_shard_iters or 16
     active = state.get("_active_slice_state") or []
     if len(active) != parallel:
@@ -251,7 +303,8 @@ def _reader(state: dict[str, Any], offsets: list[int], k: int, setup: Setup, whe
             f"parallel_shard_iters={len(active)} as the old job did",
             {"parallel_shard_iters": (len(active), parallel)},
         )
-    reader = SliceReader(state, offsets, setup.over_epochs, k)
+    reader = SliceReader(state, offsets, setup.over_epochs[k], k)
+    _check_seed(reader.seed, g, setup, where)
     slices = reader.slices
     bad = [s for s in reader.active if s is not None and not (0 <= s[0] < slices and _inside(s, offsets))]
     bad += [i for i in reader.pending or [] if not 0 <= i < slices]
@@ -265,9 +318,10 @@ def _reader(state: dict[str, Any], offsets: list[int], k: int, setup: Setup, whe
     listed = None  # slices its pass ordered: those opened so far and those still pending
     if reader.pending_offset is not None and reader.pending is not None:
         listed = reader.pending_offset + len(reader.pending)
-    if listed is not None and setup.over_epochs not in (None, -1) and listed != slices * setup.over_epochs:
+    over = setup.over_epochs[k]
+    if listed is not None and over not in (None, -1) and listed != slices * over:
         raise StateMismatchError(
-            f"{where}: it ordered {listed} slices, its share of this dataset holds {slices * setup.over_epochs}: the "
+            f"{where}: it ordered {listed} slices, its share of this dataset holds {slices * over}: the "
             f"old world size (every old rank's state must be passed, in rank order), the worker count, the dataset "
             f"or max_samples_per_sequence differ from the old job's",
             {"dataset": (None, None), "max_samples_per_sequence": (None, setup.max_samples_per_sequence)},

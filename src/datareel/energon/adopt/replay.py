@@ -28,8 +28,14 @@ class Rng:
     """A recorded ``torch.Generator`` and the draws Energon's ``WorkerRng`` makes from it."""
 
     def __init__(self, state: bytes):
+        if not isinstance(state, (bytes, bytearray)):
+            raise TypeError(f"a recorded generator state is {type(state).__name__}, not bytes")
         self.gen = torch.Generator()
         self.gen.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8).clone())
+
+    def seed(self) -> int:
+        """The seed the generator was made with (the first 8 bytes of a CPU generator's state)."""
+        return int.from_bytes(bytes(self.gen.get_state()[:8].tolist()), "little")
 
     def below(self, n: int) -> int:
         return int(torch.randint(0, n, (), generator=self.gen).item())
@@ -51,6 +57,7 @@ class SliceReader:
     def __init__(self, state: dict[str, Any], offsets: list[int], over_epochs: int | None, dataset: int):
         self.offsets, self.over_epochs, self.dataset = offsets, over_epochs, dataset
         self.rng = Rng(state["_worker_rng"]["rng"])
+        self.seed = self.rng.seed()
         self.active: list[list[int] | None] = [
             None if s is None else [int(s["index"]), int(s["current"])] for s in state["_active_slice_state"]
         ]
@@ -136,10 +143,17 @@ class SliceReader:
 class EpochBlend:
     """``blend_epochized``'s per-worker draw over datasets each read once per pass (weights: their lengths)."""
 
-    def __init__(self, state: dict[str, Any], readers: list[SliceReader], weights: list[float]):
-        self.readers, self.weights = readers, weights
+    def __init__(self, state: dict[str, Any], readers: list[SliceReader], weights: list[float], passes: int):
+        self.readers, self.weights, self.epoch = readers, weights, passes
         self.rng = Rng(state["_worker_rng"]["rng"])
         self.exhausted = [bool(x) for x in state["exhausted"]]
+
+    def started(self) -> bool:
+        return any(self.exhausted) or any(r.started() for r in self.readers)
+
+    def unread(self) -> list[np.ndarray]:
+        """Per dataset, what the current blend pass has not yielded (nothing of a dataset it finished)."""
+        return [np.zeros(0, dtype=np.int64) if gone else r.unread() for r, gone in zip(self.readers, self.exhausted)]
 
     def run(self) -> Iterator[Item]:
         iters: list[Iterator[Item] | None] = []
@@ -169,16 +183,19 @@ class EpochBlend:
             else:
                 yield item
         self.exhausted = [False] * len(self.readers)
+        self.epoch += 1
 
 
 def endless(source: SliceReader | EpochBlend) -> Iterator[Item]:
-    """Energon's ``RepeatDataset(repeats=None)``: the source's passes back to back."""
+    """Energon's ``RepeatDataset(repeats=None)``: the source's passes back to back (a pass recorded at its very
+    end yields nothing and the next begins; only a pass that starts afresh and yields nothing ends it)."""
     while True:
+        fresh = not source.started()
         got = False
         for item in source.run():
             got = True
             yield item
-        if not got:
+        if not got and fresh:
             return
 
 
