@@ -19,6 +19,7 @@ import torch
 
 from datareel import energon as den
 from datareel.errors import ForeignStateError, StateMismatchError
+from energon_text import blend_epochized, prepare_text
 
 me = pytest.importorskip("megatron.energon")
 wds = pytest.importorskip("webdataset")
@@ -29,32 +30,12 @@ SIZES = {"a": 37, "b": 29}  # not multiples of the 4 old workers: uneven worker 
 BUFFER, PER_SEQUENCE, BATCH = 5, 3, 2
 
 
-def _prepare(root: Path, prefix: str, n: int) -> None:
-    from megatron.energon.flavors import BaseWebdatasetFactory
-
-    (root / "parts").mkdir(parents=True)
-    with wds.ShardWriter(f"{root}/parts/data-%d.tar", maxcount=7, verbose=0) as writer:
-        for i in range(n):
-            writer.write({"__key__": f"{prefix}{i:05d}", "txt": f"{prefix} {i}".encode()})
-        shards = writer.shard
-    BaseWebdatasetFactory.prepare_dataset(
-        root, [f"parts/data-{{0..{shards - 1}}}.tar"], split_parts_ratio=[("train", 1.0)], shuffle_seed=None, workers=1
-    )
-    (root / ".nv-meta" / "dataset.yaml").write_text(
-        "sample_type:\n  __module__: megatron.energon\n  __class__: TextSample\nfield_map:\n  text: txt\n"
-    )
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adopt")
     for prefix, n in SIZES.items():
-        _prepare(root / prefix, prefix, n)
-    meta = root / "meta.yaml"
-    meta.write_text(
-        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend_epochized:\n"
-        "      - repetitions: 1\n        path: a\n      - repetitions: 1\n        path: b\n"
-    )
+        prepare_text(root / prefix, prefix, n, per_shard=7)
+    meta = blend_epochized(root / "meta.yaml", ["a", "b"])
     return {"single": root / "a", "blend": meta}
 
 
@@ -216,6 +197,9 @@ def test_refuses_a_weighted_blend(data: dict[str, Path], tmp_path: Path) -> None
     _, states = _energon(meta, steps=2)
     (loader,) = _facade(data["blend"], 1, 0)
     with pytest.raises(ForeignStateError, match="weighted blend.*with replacement"):
+        loader.restore_state_global(states)
+    (loader,) = _facade(meta, 1, 0)  # the same weighted metadataset: refused by name, saying why
+    with pytest.raises(ForeignStateError, match="weighted blend.*with replacement.*Start the datareel.energon loader"):
         loader.restore_state_global(states)
 
 
@@ -392,7 +376,7 @@ def test_a_checkpoint_file_that_names_code_is_refused(tmp_path: Path) -> None:
 
 
 def test_excluded_samples_are_refused(tmp_path: Path) -> None:
-    _prepare(tmp_path / "x", "x", 20)
+    prepare_text(tmp_path / "x", "x", 20, per_shard=7)
     split = tmp_path / "x" / ".nv-meta" / "split.yaml"
     split.write_text(split.read_text() + "exclude:\n  - parts/data-0.tar/x00003\n")
     handed, states = _run_energon(tmp_path / "x", 2, 1, 0)

@@ -25,6 +25,7 @@ from datareel.blend.adopted import Adopted
 from datareel.energon.adopt import Setup, adopt
 from datareel.plan.adopted import Remainder
 from datareel.testing import Topology, check_restore_everywhere
+from energon_text import blend_epochized, prepare_text
 from profiles import examples
 
 me = pytest.importorskip("megatron.energon")
@@ -33,33 +34,12 @@ wds = pytest.importorskip("webdataset")
 SHARDS = {"a": (37, 7), "b": (29, 5)}  # samples, samples per shard
 
 
-def _prepare(root: Path, prefix: str) -> None:
-    from megatron.energon.flavors import BaseWebdatasetFactory
-
-    n, per_shard = SHARDS[prefix]
-    (root / "parts").mkdir(parents=True)
-    with wds.ShardWriter(f"{root}/parts/data-%d.tar", maxcount=per_shard, verbose=0) as writer:
-        for i in range(n):
-            writer.write({"__key__": f"{prefix}{i:05d}", "txt": f"{prefix} {i}".encode()})
-        shards = writer.shard
-    BaseWebdatasetFactory.prepare_dataset(
-        root, [f"parts/data-{{0..{shards - 1}}}.tar"], split_parts_ratio=[("train", 1.0)], shuffle_seed=None, workers=1
-    )
-    (root / ".nv-meta" / "dataset.yaml").write_text(
-        "sample_type:\n  __module__: megatron.energon\n  __class__: TextSample\nfield_map:\n  text: txt\n"
-    )
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adopt-properties")
     for prefix in SHARDS:
-        _prepare(root / prefix, prefix)
-    meta = root / "meta.yaml"
-    meta.write_text(
-        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend_epochized:\n"
-        "      - repetitions: 1\n        path: a\n      - repetitions: 1\n        path: b\n"
-    )
+        prepare_text(root / prefix, prefix, *SHARDS[prefix])
+    meta = blend_epochized(root / "meta.yaml", ["a", "b"])
     return {"single": root / "a", "blend": meta}
 
 
