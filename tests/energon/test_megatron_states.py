@@ -110,7 +110,7 @@ def test_a_megatron_energon_state_is_adopted_or_refused_by_name(root: Path, work
             with pytest.raises(datareel.StateMismatchError) as caught:
                 restore()
             message = str(caught.value)
-            assert "every old rank's state must be passed" in message, (what, call, message)
+            assert "every old rank's state" in message, (what, call, message)
     loader.close()
 
 

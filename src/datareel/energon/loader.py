@@ -287,6 +287,12 @@ class EnergonLoader:
         self._agreed = True
         loader = self.loader
         everyone = gather_restored(self._restored, loader) if self.agree_restored_state else None
+        if everyone is None and self._restored is not None and energon_states(self._restored) is not None:
+            raise ForeignStateError(
+                "restore_state_rank: the other ranks' megatron.energon states could not be gathered (the data-"
+                "parallel group is not the whole torch.distributed world of this loader); pass every old rank's "
+                "state to restore_state_global: loader.restore_state_global(read_energon_checkpoint(dir))"
+            )
         old = None if everyone is None else energon_ranks(everyone)
         if old is not None:  # megatron.energon's per-rank states, one per old rank (Megatron's files)
             self._restore(lambda: self._adopt_energon(old))

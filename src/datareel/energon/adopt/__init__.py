@@ -4,6 +4,8 @@
   without megatron.energon (:func:`read_energon_checkpoint`);
 - :mod:`.slices` — each old worker's samples and slices, as Energon splits a dataset;
 - :mod:`.replay` — Energon's training order replayed as index math from a worker's recorded generators;
+- :mod:`.tree` — a worker's recorded wrapper tree: walked, checked, turned into the replay's readers;
+- :mod:`.setup` — what must be known of the old job's configuration;
 - :mod:`.remainder` — the samples the old job had not handed to training: the rest of its epoch;
 - :mod:`.facade` — what ``restore_state_rank`` / ``restore_state_global`` read from the new job's options.
 
@@ -13,6 +15,7 @@ restores elastically (docs/migrating-from-energon.md, "Adopting a running Energo
 """
 
 from .records import read_energon_checkpoint
-from .remainder import Adoption, Setup, adopt
+from .remainder import Adoption, adopt
+from .setup import Setup
 
 __all__ = ["Adoption", "Setup", "adopt", "read_energon_checkpoint"]

@@ -12,7 +12,7 @@ from ...errors import ForeignStateError, OptionError
 from ...sources.base import Source
 from ...sources.view import SourceView
 from .records import is_energon_state
-from .remainder import Setup
+from .setup import Setup
 
 
 def energon_states(state: Any) -> list[Any] | None:
