@@ -2,8 +2,9 @@
 
 A state reaches the facade as megatron.energon's own objects (a live job, or ``torch.load`` where
 megatron.energon is installed), as plain dicts, or from the files Megatron-LM writes per data-parallel rank
-(``train_dataloader_dprank000.pt``, ...), which :func:`read_energon_checkpoint` unpickles with stand-ins for
-megatron.energon's classes (a restricted unpickler: nothing else outside torch, numpy and builtins loads).
+(``train_dataloader_dprank000.pt``, ...), which :func:`read_energon_checkpoint` reads with torch's own
+restricted unpickler (``weights_only=True``), given stand-ins for megatron.energon's state classes: nothing
+in the file runs.
 
 What a rank state holds (megatron.energon 7.x, ``SavableDataLoaderState``; docs/migrating-from-energon.md):
 
@@ -74,65 +75,35 @@ class _Stand:
         vars(self).update(state or {})
 
 
-class _StandDict(dict):  # type: ignore[type-arg]
-    """Stands for a dict subclass of megatron.energon (``FlexState``)."""
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-
 _STANDS: dict[str, type] = {}
-_ALLOWED = {
-    # what torch.save writes for the tensors and numpy arrays of a megatron.energon state, and nothing else
-    ("collections", "OrderedDict"),
-    ("_codecs", "encode"),
-    ("copyreg", "_reconstructor"),
-    ("builtins", "object"),
-    ("numpy", "dtype"),
-    ("numpy", "ndarray"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.multiarray", "scalar"),
-    ("torch._utils", "_rebuild_tensor_v2"),
-    ("torch._utils", "_rebuild_tensor"),
-    ("torch._tensor", "_rebuild_from_type_v2"),
-    ("torch", "Tensor"),
-    ("torch", "ByteStorage"),
-    ("torch", "UntypedStorage"),
-    ("torch", "Size"),
-}
-_NUMPY_DTYPES = ("numpy.dtypes",)  # numpy's dtype classes (UInt32DType, ...): data, no code
+ENERGON_CLASSES = (
+    "megatron.energon.savable_loader.SavableDataLoaderState",
+    "megatron.energon.savable_loader.SavableDatasetCheckpoint",
+    "megatron.energon.savable_loader.SavableDatasetState",
+    "megatron.energon.rng.SystemRngState",
+    "megatron.energon.flavors.webdataset.sample_loader.SliceState",
+)
+"""The classes a megatron.energon 7.x loader state pickles (``FlexState``, a dict, reads as one)."""
 
 
 def _stand(module: str, name: str) -> type:
     key = f"{module}.{name}"
     if key not in _STANDS:
-        base = _StandDict if name == "FlexState" else _Stand
-        _STANDS[key] = type(name, (base,), {"__module__": "datareel.energon.adopt.stand"})
+        _STANDS[key] = type(name, (_Stand,), {"__module__": "datareel.energon.adopt.stand"})
     return _STANDS[key]
 
 
-class _Unpickler(pickle.Unpickler):
-    """Loads megatron.energon's classes as stand-ins and otherwise only what torch.save writes for tensors and numpy
-    arrays (:data:`_ALLOWED`): a checkpoint file is data, and no function named in it runs."""
+def _safe_globals() -> list[Any]:
+    """What torch's own restricted unpickler (``weights_only=True``) may build beyond tensors: stand-ins for
+    megatron.energon's state classes, and numpy's arrays (its RNG state).  Nothing in the file runs."""
+    import numpy as np
 
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith("megatron.energon"):
-            return _stand(module, name)
-        if (module, name) in _ALLOWED or (module in _NUMPY_DTYPES and name.endswith("DType")):
-            return super().find_class(module, name)
-        raise ForeignStateError(
-            f"the checkpoint file names {module}.{name}, which a megatron.energon loader state does not hold; "
-            f"refusing to load it (pass the train_dataloader_dprank*.pt files Megatron wrote)"
-        )
-
-
-class _PickleModule:
-    """What ``torch.load(pickle_module=...)`` needs."""
-
-    Unpickler = _Unpickler
-    load = staticmethod(pickle.load)
+    core = getattr(np, "_core", None) or np.core
+    out: list[Any] = [(_stand(*name.rsplit(".", 1)), name) for name in ENERGON_CLASSES]
+    out.append((dict, "megatron.energon.state.FlexState"))
+    out += [core.multiarray._reconstruct, np.ndarray, np.dtype]
+    out += [type(np.dtype(t)) for t in (np.uint8, np.uint32, np.int64, np.float64, np.bool_)]
+    return out
 
 
 def read_energon_checkpoint(where: Any) -> list[dict[str, Any]]:
@@ -145,8 +116,17 @@ def read_energon_checkpoint(where: Any) -> list[dict[str, Any]]:
     states = []
     for rank, path in enumerate(paths):
         try:
-            loaded = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_PickleModule)
-        except (OSError, pickle.UnpicklingError, EOFError, RuntimeError) as exc:
+            with torch.serialization.safe_globals(_safe_globals()):
+                loaded = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+            named = found.group(1) if found else "an object"
+            raise ForeignStateError(
+                f"{path}: the file names {named}, which a megatron.energon 7.x loader "
+                f"state does not hold; refusing to load it (pass the train_dataloader_dprank*.pt files Megatron "
+                f"wrote; another megatron.energon version's states cannot be adopted)"
+            ) from None
+        except (OSError, EOFError, RuntimeError) as exc:
             raise StateDamagedError(f"{path}: cannot read old rank {rank}'s loader state ({exc})") from None
         states.append(rank_state(loaded, rank))
     return states
