@@ -56,11 +56,12 @@ def describe_energon(path: str, dataset: str | None, split: str, order: dict[str
         batch_size=1,
         **{k: v for k, v in order.items() if v is not None},
     )
-    adoption = adopt(states, setup_of(spec))
+    setup = setup_of(spec)
+    adoption = adopt(states, setup)
     out["remainder"] = {
         "samples": len(adoption.remainder),
         "epoch": adoption.epoch,
-        "epoch_length": spec.dataset.size_hint() if hasattr(spec.dataset, "size_hint") else len(spec.dataset),
+        "epoch_length": setup.epoch_length,
         "handed_out": adoption.handed_out,
     }
     return out

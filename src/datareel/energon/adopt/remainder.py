@@ -20,10 +20,11 @@ import numpy as np
 from ...errors import ForeignStateError, StateDamagedError, StateMismatchError
 from ...plan.adopted import Remainder
 from ...plan.rng import name_key
+from ..val import WorkerSlice, worker_slices
 from .records import rank_state
 from .replay import Buffer, EpochBlend, Item, endless
 from .setup import Setup
-from .slices import slice_offsets, worker_range
+from .slices import slice_offsets
 from .tree import chain_of, check_no_skips, item_of, source_of
 
 
@@ -60,11 +61,13 @@ def adopt(states: list[Any], setup: Setup, shuffle: bool = True) -> Adoption:
     for r, state in enumerate(ranks):
         batch = None if state is None else state["micro_batch_size"]
         checkpoints = [None] * workers if state is None else state["worker_states"]
+        shares = worker_slices(setup.sizes, len(ranks), r, workers)  # Energon's split, per local worker
         for w, checkpoint in enumerate(checkpoints):
             where = f"old rank {r}, worker {w}"
             g = r * workers + w
+            offsets = _slices(shares[w], setup)
             try:
-                pieces, worker_epoch = _worker(checkpoint, batch, g, len(ranks), workers, setup, where)
+                pieces, worker_epoch = _worker(checkpoint, batch, g, offsets, setup, where)
             except (KeyError, TypeError, AttributeError, IndexError) as exc:  # a field missing or of another kind
                 raise ForeignStateError(
                     f"{where}: its state does not have the layout of a megatron.energon 7.x savable-loader state "
@@ -90,15 +93,19 @@ def adopt(states: list[Any], setup: Setup, shuffle: bool = True) -> Adoption:
     return Adoption(remainder, len(ranks), workers, handed, epoch)
 
 
+def _slices(share: WorkerSlice, setup: Setup) -> list[list[int]]:
+    """Per dataset, the slice boundaries of one old worker's share (``[0]`` alone: none of that dataset)."""
+    ranges = {source: (first, first + count) for source, first, count, _ in share.segments}
+    return [
+        slice_offsets(counts, *ranges.get(k, (0, 0)), setup.max_samples_per_sequence)
+        for k, counts in enumerate(setup.shard_counts)
+    ]
+
+
 def _worker(
-    checkpoint: Any, batch: Any, g: int, world: int, workers: int, setup: Setup, where: str
+    checkpoint: Any, batch: Any, g: int, offsets: list[list[int]], setup: Setup, where: str
 ) -> tuple[list[np.ndarray], int]:
-    """One old worker's unread samples per dataset, and its epoch."""
-    offsets = []
-    for k, (size, counts) in enumerate(zip(setup.sizes, setup.shard_counts)):
-        rotation = sum(setup.sizes[:k]) % (max(workers, 1) * world)
-        start, stop = worker_range(size, world, workers, g, rotation)
-        offsets.append(slice_offsets(counts, start, stop, setup.max_samples_per_sequence))
+    """One old worker's unread samples per dataset (``offsets``: its slices of each), and its epoch."""
     if checkpoint is None:  # a worker of a rank that had not started
         return [np.arange(o[0], o[-1], dtype=np.int64) for o in offsets], 0
     if isinstance(checkpoint, dict) and "offset" not in checkpoint and "datasets" in checkpoint:

@@ -1,25 +1,15 @@
 """Which samples each old worker read, as megatron.energon 7.x splits a dataset for training.
 
-Every global worker (rank-major) gets a contiguous range of the dataset's samples (:func:`..val.slice_counts`:
-the extras spread by a bit-reversal order, rotated by the samples of the datasets before it in a blend); the
-range is cut at shard boundaries, and each piece longer than 1.5 × ``max_samples_per_sequence`` into
-``round(len / max_samples_per_sequence)`` near-equal slices.  The worker reads its slices in a shuffled order,
-several at a time (:mod:`.replay`).
+Every global worker (rank-major) gets a contiguous range of the dataset's samples (:func:`..val.worker_slices`;
+the facade's val order uses the same split: the extras spread by a bit-reversal order, rotated by the samples
+of the datasets before it in a blend); the range is cut at shard boundaries, and each piece longer than
+1.5 × ``max_samples_per_sequence`` into ``round(len / max_samples_per_sequence)`` near-equal slices.  The
+worker reads its slices in a shuffled order, several at a time (:mod:`.replay`).
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from ..val import slice_counts
-
-
-def worker_range(size: int, world_size: int, num_workers: int, worker: int, rotation: int) -> tuple[int, int]:
-    """Global worker ``worker``'s samples ``[start, stop)`` of a dataset of ``size`` samples."""
-    workers = max(num_workers, 1) * world_size
-    counts = slice_counts(size, workers, rotation)
-    start = int(sum(counts[:worker]))
-    return start, start + int(counts[worker])
 
 
 def slice_offsets(counts: np.ndarray, start: int, stop: int, max_per_sequence: int | None) -> list[int]:
