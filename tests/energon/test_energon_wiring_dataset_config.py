@@ -70,3 +70,31 @@ def test_shuffle_over_epochs_is_taken_as_energon_takes_it(captions):
 def test_an_absolute_range_past_the_split_is_refused(captions):
     with pytest.raises(datareel.OptionError, match="absolute_range"):
         _factory(den, captions, DatasetSubset(range=None, absolute_range=(3, 99)))
+
+
+@pytest.mark.workers  # megatron.energon reads the excluded split's index in a process of its own
+@pytest.mark.parametrize(
+    ("exclude", "length"), [(["parts/data-1.tar"], 10), (["parts/data-0.tar/s0000{2..4}"], 12), ([], 15)], ids=str
+)
+def test_split_config_named_in_dataset_yaml_is_read_as_energon_reads_it(tmp_path, exclude, length):
+    """``dataset.yaml``'s ``split_config:`` names the split file (both libraries, the same samples), and it wins
+    over the caller's default; a value that names no file is refused by name."""
+    import yaml
+
+    root = tmp_path / "ds"
+    build_shards(root, shard_sizes=(6, 5, 4), long_names=False)
+    prepare_webdataset(
+        root, sample_type="CaptioningSample", field_map={"image": "png", "caption": "txt"}, progress=False
+    )
+    meta = root / ".nv-meta"
+    split = yaml.safe_load((meta / "split.yaml").read_text())
+    (meta / "split2.yaml").write_text(yaml.safe_dump({**split, "exclude": exclude}))
+    config = yaml.safe_load((meta / "dataset.yaml").read_text())
+    (meta / "dataset_ex.yaml").write_text(yaml.safe_dump({**config, "split_config": "split2.yaml"}))
+    ours = _factory(den, root, None, dataset_config="dataset_ex.yaml")
+    theirs = _factory(me, root, None, dataset_config="dataset_ex.yaml")
+    assert _keys(den, ours) == _keys(me, theirs)
+    assert len(ours) == len(_keys(den, ours)) == length  # Energon's len() counts sample excludes' shards whole
+    (meta / "dataset_bad.yaml").write_text(yaml.safe_dump({**config, "split_config": 3}))
+    with pytest.raises(datareel.DatasetError, match="split_config=3"):
+        _factory(den, root, None, dataset_config="dataset_bad.yaml")

@@ -82,7 +82,7 @@ class TypedFields:
         return out
 
 
-DATASET_KEYS = ("__module__", "__class__", "sample_type", "field_map", "subflavors")
+DATASET_KEYS = ("__module__", "__class__", "sample_type", "field_map", "subflavors", "split_config")
 """The keys of ``dataset.yaml`` datareel reads."""
 _REFUSED = {
     "sample_loader": "a Python sample loader runs code from the dataset, which datareel does not do; describe "

@@ -171,3 +171,16 @@ def read_dataset_yaml(root: Path, dataset_config: str = "dataset.yaml") -> dict[
             f"{path} must hold a mapping (__class__, or sample_type and field_map), got {_short(config)}; {fix}"
         )
     return config
+
+
+def configured_split(config: dict[str, Any], where: str, split_config: str) -> str:
+    """The split file a dataset reads: ``dataset.yaml``'s ``split_config`` where it names one (Energon's
+    configured keys win over the caller's defaults), else ``split_config``."""
+    named = config.get("split_config")
+    if named is None:
+        return split_config
+    if not isinstance(named, str) or not named:
+        raise DatasetError(
+            f"{where}: split_config={named!r} must name a split file in {META}/ (e.g. split_config: split2.yaml)"
+        )
+    return named

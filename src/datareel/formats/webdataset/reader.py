@@ -70,6 +70,11 @@ class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
         if not meta.is_prepared(self.root):
             raise unprepared(self.root)
         info = meta.read_info(self.root)
+        config = meta.read_dataset_yaml(self.root, dataset_config)
+        where = str(self.root / meta.META / dataset_config)
+        self.typed: TypedFields | None = typed_fields(config, where)
+        # dataset.yaml's own split_config names the split file, as Energon's configured keys win over defaults
+        split_config = meta.configured_split(config, where, split_config)
         if split is None:  # every shard in .info.json order, nothing excluded (length indexing)
             self.split = meta.Split(name="*", shards=tuple(info))
         else:
@@ -77,9 +82,6 @@ class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
         order = {shard: i for i, shard in enumerate(info)}
         info_starts = np.concatenate([[0], np.cumsum(list(info.values()))])  # (all shards + 1,)
         self._info_start = np.array([info_starts[order[s]] for s in self.split.shards], dtype=np.int64)
-        config = meta.read_dataset_yaml(self.root, dataset_config)
-        where = str(self.root / meta.META / dataset_config)
-        self.typed: TypedFields | None = typed_fields(config, where)
         if subflavors is not None and not isinstance(subflavors, dict):
             raise OptionError(f"subflavors={subflavors!r} must be a dict (name: value) or None")
         self.subflavors = {**(config.get("subflavors") or {}), **(subflavors or {})}  # typed_fields checked it
