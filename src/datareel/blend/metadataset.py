@@ -72,6 +72,7 @@ def load_metadataset(
     shuffle_over_epochs_multiplier: int | None = 1,
     training: bool | None = None,
     joiners: Any = None,
+    trust_dataset_code: bool = False,
 ) -> Source | Blend:
     """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc);
     ``shuffle_over_epochs_multiplier`` multiplies each dataset's own (Energon's rule,
@@ -83,6 +84,7 @@ def load_metadataset(
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     builder = _Builder(image_decode=image_decode, decode=decode, joiners=joiners)
+    builder.trust = trust_dataset_code  # its datasets' sample_loader.py may run
     context = _Context(split, {}, multiplier, (), split == "train" if training is None else bool(training))
     dataset = builder.metadataset(as_path(path), context, stack=())
     return dataset
@@ -91,6 +93,7 @@ def load_metadataset(
 class _Builder:
     def __init__(self, *, image_decode: str | None, decode: bool | str, joiners: Any = None):
         self.image_decode, self.decode, self.joiners = image_decode, decode, joiners
+        self.trust = False
         self.names: dict[str, int] = {}
         self.files: dict[Path, Any] = {}  # metadataset path -> its parsed document
 
@@ -269,6 +272,7 @@ class _Builder:
                 split=split,
                 image_decode=self.image_decode,
                 decode=self.decode,
+                trust_dataset_code=self.trust,
                 subflavors=dict(ctx.subflavors),
                 name=None,
                 split_config=node.get("split_config", "split.yaml"),
@@ -307,6 +311,7 @@ class _Builder:
                     split=split,
                     image_decode=self.image_decode,
                     decode=self.decode,
+                    trust_dataset_code=self.trust,
                     subflavors=subflavors,
                     name=None,
                     split_config=item.get("split_config", "split.yaml"),

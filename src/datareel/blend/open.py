@@ -28,6 +28,7 @@ def open_dataset(
     split_config: str = "split.yaml",
     dataset_config: str = "dataset.yaml",
     shuffle_over_epochs_multiplier: int | None = 1,
+    trust_dataset_code: bool = False,
 ) -> Source | Blend:
     """Open a prepared dataset.
 
@@ -40,6 +41,8 @@ def open_dataset(
     Energon; ``"pil"``; ``"rgb8"``: uint8 HWC numpy; ``None``: bytes);
     ``decode=False`` keeps every part as bytes; pickle parts stay bytes and ``.pth`` loads
     tensors only unless ``decode="trusted"`` (unpickling runs code from the dataset).
+    ``trust_dataset_code=True`` runs a ``dataset.yaml``'s ``sample_loader`` (Python in the dataset folder,
+    :mod:`datareel.sources.dataset_code`); without it such a dataset is refused.
     ``name`` keys the shuffle and goes into checkpoints. A prepared directory's default is its split
     and a digest of its layout in ``.nv-meta`` (``train@3f0c9a51d2e47b86``: shard paths, counts, excluded
     keys, not the bytes; see :mod:`datareel.formats.webdataset.naming`), the same for every copy wherever it
@@ -68,6 +71,7 @@ def open_dataset(
         name=name,
         split_config=split_config,
         dataset_config=dataset_config,
+        trust_dataset_code=_trust(trust_dataset_code),
         **extra,
     )
     if multiplier == 1 or extra:
@@ -79,3 +83,9 @@ def open_dataset(
         )
     shuffle, epochs = (False, 1) if multiplier is None else (None, multiplier)
     return SourceView(dataset, shuffle=shuffle, over_epochs=epochs)
+
+
+def _trust(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise OptionError(f"trust_dataset_code={value!r} must be True (run a dataset.yaml's sample_loader.py) or False")
+    return value

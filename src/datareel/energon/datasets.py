@@ -72,7 +72,8 @@ def _check_common(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{name} is accepted and not needed: datareel shuffles the whole reel with a "
                 f"keyed permutation (no buffers), so order and restore do not depend on it",
             )
-    open_kwargs = {k: kwargs.pop(k) for k in ("split_config", "dataset_config", "image_decode") if k in kwargs}
+    names = ("split_config", "dataset_config", "image_decode", "trust_dataset_code")
+    open_kwargs = {k: kwargs.pop(k) for k in names if k in kwargs}
     if "handler" in kwargs:  # not an argument of open_dataset: get_*_dataset moves it to DatasetSpec.handler
         open_kwargs["handler"] = kwargs.pop("handler")
     if "subflavors" in kwargs:

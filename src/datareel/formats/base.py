@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 Opener = Callable[..., Any]
-"""``open(path, *, split, image_decode, decode, subflavors, name, split_config, dataset_config)`` -> a
-Source or a Blend (the keywords of :func:`datareel.open_dataset`; a format documents those it ignores)."""
+"""``open(path, *, split, image_decode, decode, subflavors, name, split_config, dataset_config,
+trust_dataset_code)`` -> a Source or a Blend (the keywords of :func:`datareel.open_dataset`; a format
+documents those it ignores)."""
 Preparer = Callable[..., "str | None"]
 """``prepare(path, *, split_ratio, sample_type, field_map, workers, overwrite, progress, lengths)`` -> the
 one-line answer of ``datareel prepare`` (``None``: nothing was indexed, only a length index is asked for)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DatasetError
+from .dataset_code import REFUSAL, DatasetCode, dataset_code
 from .typed import SAMPLE_CLASSES, type_fields
 
 # type name -> (required fields, optional fields)
@@ -85,10 +86,8 @@ class TypedFields:
 DATASET_KEYS = ("__module__", "__class__", "sample_type", "field_map", "subflavors", "split_config")
 """The keys of ``dataset.yaml`` datareel reads."""
 _REFUSED = {
-    "sample_loader": "a Python sample loader runs code from the dataset, which datareel does not do; describe "
-    "the sample with sample_type + field_map, or use CrudeWebdataset and an encoder",
-    "part_filter": "a part filter runs code from the dataset, which datareel does not do; describe the sample with "
-    "sample_type + field_map (only mapped parts are read), or use CrudeWebdataset and an encoder",
+    "part_filter": "a part filter goes with a sample_loader (Energon's rule), which this dataset.yaml does not "
+    "name; with a field_map only mapped parts are read: remove part_filter",
     "decoder": "a decoder configured in dataset.yaml is not read by datareel; choose decoding with "
     "open_dataset(image_decode=..., decode=...) (or the task encoder's decoder through datareel.energon) and "
     "remove the key",
@@ -107,14 +106,22 @@ def _module(value: Any, where: str) -> None:
         )
 
 
-def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
-    """Interpret a ``dataset.yaml`` mapping. -> ``None`` for crude datasets, else the field map.
+def typed_fields(
+    config: Mapping[str, Any], where: str, meta: Any = None, trusted: bool = False
+) -> TypedFields | DatasetCode | None:
+    """Interpret a ``dataset.yaml`` mapping. -> ``None`` for crude datasets, else the field map, or the
+    dataset's own ``sample_loader`` (:mod:`.dataset_code`) where the caller ``trusted`` the code in ``meta``
+    (the ``.nv-meta`` directory).
 
     Every key is checked: an unknown one is refused with the closest known key, and Energon's keys that
-    datareel cannot honour (``sample_loader``, ``part_filter``, ``decoder``) by name."""
+    datareel cannot honour (``decoder``; ``sample_loader`` untrusted) by name."""
     from .energon_meta import check_keys
 
-    check_keys(dict(config), DATASET_KEYS, where, "dataset.yaml", _REFUSED)
+    coded = "sample_loader" in config
+    if coded and not trusted:
+        raise DatasetError(f"{where}: sample_loader {config['sample_loader']!r} {REFUSAL}")
+    keys = DATASET_KEYS + (("sample_loader", "part_filter") if coded else ())
+    check_keys(dict(config), keys, where, "dataset.yaml", _REFUSED)
     if "__module__" in config:
         _module(config["__module__"], where)
     cls = config.get("__class__")
@@ -126,10 +133,10 @@ def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
             f"{where}: subflavors={subflavors!r} must be a mapping (name: value), e.g. subflavors: {{source: coco}}"
         )
     if cls == CRUDE:
-        if "sample_type" in config or "field_map" in config:
+        if "sample_type" in config or "field_map" in config or coded:
             raise DatasetError(
-                f"{where}: {CRUDE} keeps every part of a sample: it takes no sample_type or field_map; remove "
-                f"them, or drop __class__ to read a typed sample"
+                f"{where}: {CRUDE} keeps every part of a sample: it takes no sample_type or field_map (nor a "
+                f"sample_loader); remove them, or drop __class__ to read a typed sample"
             )
         return None
     if cls is not None and cls != "StandardWebdatasetFactory" and not _LEGACY.match(cls):
@@ -161,6 +168,8 @@ def typed_fields(config: Mapping[str, Any], where: str) -> TypedFields | None:
         raise DatasetError(
             f"{where}: sample_type {name!r} is not supported; supported: {sorted(SAMPLE_TYPES)} and {CRUDE}"
         )
+    if coded:
+        return dataset_code(config, meta, where, name)
     required, optional = SAMPLE_TYPES[name]
     field_map = config.get("field_map")
     if not isinstance(field_map, Mapping) or not field_map:

@@ -25,6 +25,7 @@ def open_metadataset(
     image_decode: str | None = "torchrgb",
     decode: bool | str = True,
     shuffle_over_epochs_multiplier: int | None = 1,
+    trust_dataset_code: bool = False,
     **ignored: Any,
 ) -> Any:
     """Split ``split`` of the metadataset at ``path`` as a blend. Its entries name their own splits, configs and
@@ -38,6 +39,7 @@ def open_metadataset(
         image_decode=image_decode,
         decode=decode,
         shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
+        trust_dataset_code=trust_dataset_code,
     )
 
 

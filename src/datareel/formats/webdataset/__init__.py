@@ -28,6 +28,7 @@ def open_webdataset(
     name: str | None = None,
     split_config: str = "split.yaml",
     dataset_config: str = "dataset.yaml",
+    trust_dataset_code: bool = False,
 ) -> Any:
     """Split ``split`` of the prepared dataset at ``path`` (see :class:`~.reader.WebDatasetSource`)."""
     from .reader import WebDatasetSource
@@ -41,6 +42,7 @@ def open_webdataset(
         split_config=split_config,
         dataset_config=dataset_config,
         name=name,
+        trust_dataset_code=trust_dataset_code,
     )
 
 

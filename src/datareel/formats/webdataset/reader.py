@@ -21,6 +21,7 @@ import numpy as np
 
 from ...errors import DatasetError, OptionError
 from ...sources.base import Sample, Source, file_check
+from ...sources.dataset_code import DatasetCode
 from ...sources.fieldmap import TypedFields, typed_fields
 from ...sources.index_files import sample_range
 from ...sources.source_info import SourceInfo, dataset_path, make_source_info
@@ -64,6 +65,7 @@ class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
         split_config: str = "split.yaml",
         dataset_config: str = "dataset.yaml",
         name: str | None = None,
+        trust_dataset_code: bool = False,
     ):
         self.root = as_path(root)
         self.prefetches = files_for(str(self.root)).prefetches
@@ -72,7 +74,8 @@ class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
         info = meta.read_info(self.root)
         config = meta.read_dataset_yaml(self.root, dataset_config)
         where = str(self.root / meta.META / dataset_config)
-        self.typed: TypedFields | None = typed_fields(config, where)
+        trusted = trust_dataset_code  # the user's word that the dataset's code may run (its sample_loader.py)
+        self.typed: TypedFields | DatasetCode | None = typed_fields(config, where, self.root / meta.META, trusted)
         # dataset.yaml's own split_config names the split file, as Energon's configured keys win over defaults
         split_config = meta.configured_split(config, where, split_config)
         if split is None:  # every shard in .info.json order, nothing excluded (length indexing)
@@ -271,6 +274,12 @@ class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
         decode = self.decoder
         head = {"__key__": key, "__restore_key__": ("Webdataset", self.shards[s], local)}
         sources = self._sources(s, local, key, parts)
+        if isinstance(self.typed, DatasetCode):  # the dataset's trusted sample_loader (it may rename __key__)
+            raw = {**head, "__sources__": sources}
+            fields = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), raw)
+            head["__key__"] = fields.pop("__key__", key)
+            cls = SAMPLE_CLASSES[self.typed.sample_type]
+            return cls(**head, __subflavors__=dict(self.subflavors), __sources__=sources, **fields)
         if self.typed is not None:
             fields = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), where)
             cls = SAMPLE_CLASSES[self.typed.sample_type]
