@@ -16,19 +16,19 @@ from typing import Any
 
 from ...errors import DatasetError
 
-_SCHEMA = (
+SCHEMA = (
     "CREATE TABLE samples (tar_file_id INTEGER NOT NULL, sample_key TEXT NOT NULL UNIQUE,"
     " sample_index INTEGER NOT NULL, byte_offset INTEGER, byte_size INTEGER);"
     "CREATE TABLE sample_parts (tar_file_id INTEGER NOT NULL, sample_index INTEGER NOT NULL,"
     " part_name TEXT NOT NULL, content_byte_offset INTEGER, content_byte_size INTEGER);"
 )
-_INDICES = (
+INDICES = (
     "CREATE INDEX idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index);"
     "CREATE INDEX idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset);"
     "CREATE INDEX idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name,"
     " content_byte_offset, content_byte_size);"
 )
-_MEDIA_SCHEMA = (
+MEDIA_SCHEMA = (
     "CREATE TABLE media_metadata (entry_key TEXT PRIMARY KEY, metadata_type TEXT NOT NULL,"
     " metadata_json TEXT NOT NULL);"
     "CREATE TABLE media_filters (filter_id INTEGER PRIMARY KEY AUTOINCREMENT, strategy TEXT NOT NULL,"
@@ -57,7 +57,7 @@ class IndexDb:
         self._db = sqlite3.connect(path)
         # a staged file renamed into place when complete: no journal or syncs needed while building
         self._db.executescript(f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-{CACHE_KIB};")
-        self._db.executescript(_SCHEMA + (_MEDIA_SCHEMA if media else ""))
+        self._db.executescript(SCHEMA + (MEDIA_SCHEMA if media else ""))
 
     def __enter__(self) -> IndexDb:
         return self
@@ -107,7 +107,7 @@ class IndexDb:
 
     def finish(self) -> None:
         """Build the lookup indices, commit, and flush the file to disk (it was built without syncs)."""
-        self._db.executescript(_INDICES)
+        self._db.executescript(INDICES)
         self._db.commit()
         fd = os.open(self._path, os.O_RDONLY)
         try:

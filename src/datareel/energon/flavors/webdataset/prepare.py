@@ -7,6 +7,10 @@ Where datareel differs: a duplicate key, a missing or an empty shard raise
 assertion); ``fix_duplicates=True`` (Energon rewrites the shards in place) is refused; split lists are
 written expanded (Energon collapses them into brace patterns: both read the same shards); ``workers`` is
 a maximum (a small dataset is scanned in this process).
+
+Also here, as in Energon: the index rows its indexing workers send
+(:class:`IndexSample`, :class:`IndexSamplePart`, :class:`IndexMediaMetadata`), which
+:class:`~datareel.energon.flavors.webdataset.indexing.SqliteIndexWriter` writes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -30,6 +35,44 @@ from ....formats.webdataset.prepare_shards import (
 )
 from ....storage.path import location_of
 from .config import INFO_JSON_FILENAME, INFO_YAML_FILENAME
+
+
+@dataclass(frozen=True)
+class IndexAggregatable:
+    """Base of the records an indexing worker sends to the process that writes the index."""
+
+
+@dataclass(frozen=True)
+class IndexSample(IndexAggregatable):
+    """One row of ``samples`` in ``index.sqlite``: sample ``sample_index`` of shard ``tar_file_id`` (its
+    position in ``.info.json``'s ``shard_counts``) is the tar bytes ``[byte_offset, byte_offset + byte_size)``."""
+
+    tar_file_id: int
+    sample_key: str
+    sample_index: int
+    byte_offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True)
+class IndexSamplePart(IndexAggregatable):
+    """One row of ``sample_parts``: part ``part_name`` of a sample, its content's bytes in the shard."""
+
+    tar_file_id: int
+    sample_index: int
+    part_name: str
+    content_byte_offset: int
+    content_byte_size: int
+
+
+@dataclass(frozen=True)
+class IndexMediaMetadata(IndexAggregatable):
+    """One row of ``media_metadata``: the metadata (``metadata_type`` ``image`` or ``av``, as JSON) of the
+    media file ``entry_key`` (``"<sample key>.<part>"``)."""
+
+    entry_key: str
+    metadata_type: str
+    metadata_json: str
 
 
 def _identity(items: Iterator[Any], total: int) -> Iterator[Any]:
@@ -152,4 +195,12 @@ def _serializer() -> Callable[[Any], tuple[str, str]]:
     return serialize_media_metadata
 
 
-__all__ = ["prepare_dataset", "split_by_patterns", "split_by_ratio"]
+__all__ = [
+    "IndexAggregatable",
+    "IndexMediaMetadata",
+    "IndexSample",
+    "IndexSamplePart",
+    "prepare_dataset",
+    "split_by_patterns",
+    "split_by_ratio",
+]
