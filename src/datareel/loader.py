@@ -18,6 +18,7 @@ from .iteration import answer_from_run as _of_run
 from .plan.blocks import BlockShuffle
 from .plan.schedule import BatchSchedule, RampUp
 from .reel import Packing, Stage, WindowedStage
+from .remake import Address, Remaker, next_address
 from .sources.base import Source
 
 __all__ = ["GlobalBatch", "Loader"]
@@ -94,6 +95,7 @@ class Loader:
         self.rank, self.group, self.repeat, self.workers = p.rank, p.group, p.repeat, p.workers
         self.plan, self.sources, self.packing = p.plan, p.sources, p.packing
         self._driver = Driver(p.run, p.rank, p.workers, p.maker)
+        self._remaker: Remaker | None = None
 
     run = property(lambda self: self._driver.run, doc="The current :class:`~datareel.run.Run` (a frozen value).")
     reel = _of_run("reel", "The reel: a rank's micro-steps from any cursor (:class:`~datareel.reel.Reel`).")
@@ -145,6 +147,17 @@ class Loader:
         follow, cut by this loader's schedule from the saved run's global batch number on (docs/guarantees.md).
         """
         self._driver.restart(self._driver.run.restore(state, allow_batch_size_change=allow_batch_size_change))
+
+    def next_address(self) -> Address:
+        """Where the micro-batch this rank is handed next lies (:mod:`datareel.remake`)."""
+        return next_address(self)
+
+    def remake(self, address: Address) -> Any:
+        """The micro-batch at ``address`` (a :meth:`next_address` of this loader's reel, on any topology), made
+        again: the same units, per-sample randomness and encoding (:mod:`datareel.remake`)."""
+        if self._remaker is None:
+            self._remaker = Remaker(self._driver.maker)
+        return self._remaker(self.reel, address)
 
     save_state_global, restore_state_global = dist.save_global, dist.restore_global  # collectives: see datareel.dist
     save_state_rank, restore_state_rank = state_dict, load_state_dict  # Energon's names for them

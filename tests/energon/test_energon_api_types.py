@@ -16,6 +16,7 @@ import io
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from datareel import energon as den
@@ -149,3 +150,66 @@ def test_restore_sample_makes_the_batch_again(captions):
         assert again.__key__ == batch.__key__ and again.text == batch.text
     with pytest.raises(OptionError, match="restore key"):
         loader.restore_sample(("Webdataset", "part-0.tar", 0))
+
+
+class _Packs(den.DefaultTaskEncoder):
+    """Packs of 1, 2 and 3 captions in turn (Energon's select_samples_to_pack / pack_selected_samples)."""
+
+    def encode_sample(self, sample):
+        return den.TextSample.derive_from(sample, text=sample.caption)
+
+    def select_samples_to_pack(self, samples):
+        groups, at = [], 0
+        while at < len(samples):
+            size = 1 + len(groups) % 3
+            groups.append(samples[at : at + size])
+            at += size
+        return groups
+
+    def pack_selected_samples(self, samples):
+        return den.TextSample(
+            __key__=",".join(s.__key__ for s in samples),
+            __restore_key__=(),
+            text="+".join(s.text for s in samples),
+        )
+
+
+class _Twice(den.DefaultTaskEncoder):
+    """A generator encode_sample: two outputs per sample, each with a draw of torch's RNG, seeded per sample."""
+
+    @den.stateless(restore_seeds=True)
+    def encode_sample(self, sample):
+        for k in range(2):
+            yield den.TextSample.derive_from(sample, text=f"{sample.caption}#{k}#{torch.randint(0, 999, ()).item()}")
+
+
+@pytest.mark.workers  # the facade plans windows in a planning process (one per loader)
+@pytest.mark.parametrize("encoder", [_Packs, _Twice])
+def test_restore_sample_makes_packed_and_generator_batches_again_on_any_topology(captions, encoder):
+    def train(rank, world_size):
+        ds = den.get_train_dataset(
+            str(captions),
+            worker_config=_config(den, rank, world_size),
+            batch_size=2,
+            global_batch_size=4,
+            packing_buffer_size=7 if encoder is _Packs else None,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            task_encoder=encoder(),
+        )
+        return _loader(den, ds)
+
+    one = train(0, 1)
+    assert one.can_restore_sample()
+    handed = [b for _, b in zip(range(12), one)]  # past the first epoch's end
+    others = [train(rank, 2) for rank in (0, 1)]
+    for batch in handed:
+        for loader in [one, *others]:
+            again = loader.restore_sample(batch.__restore_key__)
+            assert (again.__key__, again.text, again.__restore_key__) == (
+                batch.__key__,
+                batch.text,
+                batch.__restore_key__,
+            )
+    with pytest.raises(OptionError, match="restore_sample"):
+        one.restore_sample(("Reel", 0, 2))  # a plain reel's key: this one is planned by windows

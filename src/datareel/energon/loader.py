@@ -153,7 +153,7 @@ class EnergonLoader:
         )
         # passes start where it was built
         self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers, online)
-        self._restorer = SampleRestorer(self.loader, encoder, config.seed_offset, on_error, spec.handler)
+        self._restorer = SampleRestorer(self.loader)
 
     def _adopt(self, dataset: Any) -> None:
         """Rebuild the train loader over ``dataset`` (an adopted one), its passes afresh."""
@@ -189,7 +189,7 @@ class EnergonLoader:
 
     def can_restore_sample(self) -> bool:
         """Whether :meth:`restore_sample` can make a batch again from its key (:mod:`.loader_restore`)."""
-        return self._restorer is not None and self._restorer.plain
+        return self._restorer is not None
 
     def restore_sample(self, restore_key: Any) -> Any:
         """The batch (a ``batch_size=None`` loader: the sample) whose ``__restore_key__`` is ``restore_key``,

@@ -8,7 +8,7 @@ from typing import Any
 from ..blend.tree import Blend
 from ..errors import BatchError
 from ..loader import Loader
-from .loader_restore import next_span, stamp_key, val_key
+from .loader_restore import stamp_key, val_key
 from .passes import Passes
 from .unbatched import unwrap
 from .val import ValPlan, worker_slices
@@ -31,7 +31,7 @@ class LoaderStream:
             if self.iterator is None:
                 self.iterator = iter(self.loader)
             try:
-                start, stop = next_span(self.loader)  # the positions of the batch that comes next
+                address = self.loader.next_address()  # where the batch that comes next lies
                 batch = next(self.iterator)
             except StopIteration:  # a finite pass ended: the next `for` starts it again (Energon's val loaders)
                 self.reset()
@@ -41,7 +41,7 @@ class LoaderStream:
             except BaseException:  # the iterator ended: the next pass continues from the loader's cursor
                 self.iterator = None
                 raise
-            stamp_key(batch, start, stop)  # restore_sample makes it again from them
+            stamp_key(batch, address)  # restore_sample makes it again from it
             yield batch
 
     def reset(self) -> None:

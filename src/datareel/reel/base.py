@@ -117,3 +117,14 @@ class Reel(Protocol):
     def dropped(self) -> int:
         """Samples left out by the reel so far (packing's ``over_length="drop"``)."""
         ...
+
+    def point(self, cursor: Cursor, skip: int) -> tuple[int, int] | None:
+        """Where the unit ``skip`` units after ``cursor`` lies: ``(window, offset)`` in a window reel,
+        ``None`` where a position alone names a unit (the plain reel).  With :meth:`descriptor` it makes a
+        micro-batch again from its address (``restore_sample``)."""
+        ...
+
+    def descriptor(self, step: int, start: int, stop: int, point: tuple[int, int] | None) -> Descriptor:
+        """The descriptor of the units at reel positions ``[start, stop)`` of micro-step ``step``, the first
+        at ``point`` (:meth:`point`); plans the windows they lie in, no others."""
+        ...

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TopologyError
+from ..errors import OptionError, TopologyError
 from ..plan.layout import Layout, origin
 from ..plan.nodes import ReelPlan
 from .base import Descriptor, Step
@@ -51,6 +51,19 @@ class PlainReel:
             )
         if length is None or cursor.position < length:  # the end of a pass resumes on any layout
             layout.check_cursor(cursor.position)
+
+    def point(self, cursor: Cursor, skip: int) -> None:
+        return None
+
+    def descriptor(self, step: int, start: int, stop: int, point: tuple[int, int] | None) -> Descriptor:
+        if point is not None:
+            raise OptionError(
+                f"address {(start, stop, *point)} names a window, but this loader's reel has none (no packing or "
+                f"generator encode_sample): its addresses are (start, stop)"
+            )
+        positions = np.arange(start, stop, dtype=np.int64)  # (k,)
+        source_ids, indices = self.plan.resolve(positions)  # (k,) each
+        return Descriptor(step, positions, source_ids, indices)
 
     def stream(self, start: Cursor, layout: Layout, rank: int) -> Iterator[Step]:
         length, S = self.pass_length, layout.step_size

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatareelError, StateDamagedError, StateMismatchError
+from ..errors import DatareelError, OptionError, StateDamagedError, StateMismatchError
 from ..plan.layout import Layout, origin
 from ..plan.nodes import ReelPlan
 from .background import Planning
@@ -164,6 +164,32 @@ class WindowReel:
             yield Step(_descriptor(step, mine, a) if mine else None, Cursor(base + taken, end if ends else after))
             if ends:
                 return
+
+    def point(self, cursor: Cursor, skip: int) -> tuple[int, int]:
+        if cursor.pack is None:
+            raise DatareelError("internal: a window reel's point needs a cursor with pack=(window, offset)")
+        for w, units, lo in self._from(*cursor.pack):
+            if lo + skip < len(units):
+                return w, lo + skip
+            skip -= len(units) - lo
+        raise OptionError(f"no unit lies {skip} units after the end of this repeat=False pass")
+
+    def descriptor(self, step: int, start: int, stop: int, point: tuple[int, int] | None) -> Descriptor:
+        if point is None:
+            raise OptionError(
+                f"address {(start, stop)} names no window, but this loader's reel is planned by windows (packing, or "
+                f"a generator encode_sample): its addresses are (start, stop, window, offset)"
+            )
+        mine, need = [], stop - start
+        for _, units, lo in self._from(*point):
+            hi = min(len(units), lo + need)
+            mine.append(units.take(lo, hi))
+            need -= hi - lo
+            if not need:
+                break
+        if need:
+            raise OptionError(f"units [{start}, {stop}) from window point {point} run past the end of the pass")
+        return _descriptor(step, mine, start)
 
     def close(self) -> None:
         """Stop the planning process, if any (a later window starts a new one)."""
