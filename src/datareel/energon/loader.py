@@ -35,6 +35,7 @@ from ..reel import WindowedStage
 from ..sources.base import Source
 from .adopt.facade import energon_ranks, energon_states, setup_of
 from .adopt.remainder import adopt
+from .grouping import WINDOW, Grouped, groups_batches
 from .loader_args import LoaderOptions
 from .loader_restore import SampleRestorer
 from .passes import Epochize, Passes, local_share
@@ -73,15 +74,25 @@ class EnergonLoader:
     ):
         if spec.batch_size is not None:
             check_int(spec.batch_size, "batch_size", minimum=1)
-        micro = spec.batch_size or 1
-        self.explicit_global = spec.global_batch_size is not None
-        G = spec.global_batch_size if self.explicit_global else micro * config.world_size
-        online = spec.packing_buffer_size is not None
         # Energon's default task encoder: typed samples batched into their own type, as Energon gives them
         user = spec.task_encoder if spec.task_encoder is not None else DefaultTaskEncoder()
+        grouped = groups_batches(user)  # batch_group_criterion: each unit of the reel is one grouped batch
+        micro = 1 if grouped else spec.batch_size or 1
+        self.explicit_global = spec.global_batch_size is not None
+        if grouped and spec.packing_buffer_size is not None:
+            raise OptionError(
+                f"task encoder {type(user).__name__} groups batches (batch_group_criterion), which datareel does not "
+                f"combine with online packing (packing_buffer_size); leave one out"
+            )
+        G = spec.global_batch_size if self.explicit_global else micro * config.world_size
+        online = spec.packing_buffer_size is not None or grouped
         stamp(user, step_shape=(micro, micro * config.world_size), cache_pool=spec.cache_pool)
         bind_cookers(user, spec.cache_pool)  # aux stores, primary and cache pool for @cooker(need_*=) cookers
-        encoder = Unbatched(user, online=online) if spec.batch_size is None else user
+        if grouped:
+            encoder: Any = Grouped(user, spec.batch_size)
+        else:
+            encoder = Unbatched(user, online=online) if spec.batch_size is None else user
+        self._window = WINDOW if grouped else spec.packing_buffer_size
         dataset = spec.dataset if spec.dataset is not None else spec.path
         self.spec, self.worker_config = spec, config
         self.options = options if options is not None else LoaderOptions()
@@ -149,7 +160,7 @@ class EnergonLoader:
             # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
             on_error=on_error,
             error_handler=spec.handler,
-            stage=_stage(spec),
+            stage=None if self._window is None else WindowedStage(window=self._window, pack=True),
         )
         # passes start where it was built
         self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers, online)
@@ -375,14 +386,6 @@ def _val_sources(spec: DatasetSpec, dataset: Any, encoder: ResolvedEncoder) -> l
         return None
     children = dataset.children if isinstance(dataset, Concat) else (dataset,)
     return list(children) if all(isinstance(c, Source) for c in children) else None
-
-
-def _stage(spec: DatasetSpec) -> WindowedStage | None:
-    """Online packing for ``packing_buffer_size`` (windows of that many inputs); a generator encoder
-    alone gets the default windowed stage from the Loader."""
-    if spec.packing_buffer_size is None:
-        return None
-    return WindowedStage(window=spec.packing_buffer_size, pack=True)
 
 
 def __getattr__(name: str) -> Any:

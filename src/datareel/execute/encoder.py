@@ -152,7 +152,7 @@ class ResolvedEncoder:
     - ``online``: packs are chosen by ``select_samples_to_pack`` (``WindowedStage(pack=True)``).
     """
 
-    def __init__(self, encoder: Any | None, *, packing: Any = None, online: bool = False):
+    def __init__(self, encoder: Any | None, *, packing: Any = None, online: bool = False, grouped: bool = False):
         default = DefaultTaskEncoder()
         self.encoder = encoder
         self.reseeds: set[str] = set()
@@ -161,7 +161,7 @@ class ResolvedEncoder:
         for name in HOOKS:
             setattr(self, name, user.get(name) or getattr(default, name, None))
         if encoder is not None and _is_energon(encoder):
-            self._check_energon(encoder, packing, online)
+            self._check_energon(encoder, packing, online, grouped)
         pre, post = user.get("preencode_sample"), user.get("postencode_sample")
         if pre is not None and _overrides(encoder, "encode_sample"):
             raise OptionError(
@@ -233,15 +233,18 @@ class ResolvedEncoder:
         return list(result) if self.windowed else [result]
 
     @staticmethod
-    def _check_energon(encoder: Any, packing: Any, online: bool) -> None:
+    def _check_energon(encoder: Any, packing: Any, online: bool, grouped: bool = False) -> None:
         unsupported = []
         if packing is not None and _overrides(encoder, "select_samples_to_pack"):
             unsupported.append(
                 "select_samples_to_pack with datareel.Packing (packs are planned from lengths there; use "
                 "packing_buffer_size / WindowedStage(pack=True) to pack online with it)"
             )
-        if _overrides(encoder, "batch_group_criterion"):
-            unsupported.append("batch_group_criterion (batches are fixed by the global-batch layout)")
+        if _overrides(encoder, "batch_group_criterion") and not grouped:  # the facade runs it (energon/grouping.py)
+            unsupported.append(
+                "batch_group_criterion (batches are fixed by the global-batch layout; datareel.energon's loaders "
+                "group batches)"
+            )
         if unsupported:
             raise OptionError(
                 f"task encoder {type(encoder).__name__} overrides Energon features datareel does not run: "
