@@ -1,6 +1,7 @@
-"""Energon's ``megatron.energon.av`` names, as far as they work without PyAV (which is not a dependency):
-an audio or video part decodes to an :class:`AVDecoder` holding its bytes; anything that would decode
-frames or samples raises, naming PyAV and how to get it."""
+"""Energon's ``megatron.energon.av`` names, as far as datareel has them: an audio or video part decodes to an
+:class:`AVDecoder` holding its bytes; anything that would decode frames or samples raises, saying so (datareel
+decodes no audio or video; PyAV, the optional extra ``datareel[av]``, only measures media metadata in
+``prepare``: :mod:`datareel.energon.media.av_probe`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ __all__ = ["AVDecoder"]
 
 
 class AVDecoder:
-    """An audio/video file's bytes (``.data``), decoded on demand by PyAV (``pip install av``)."""
+    """An audio/video file's bytes (``.data``); datareel does not decode them."""
 
     def __init__(self, data: bytes, *, av_decode: str = "AVDecoder", name: str = ""):
         self.data = data
@@ -23,8 +24,8 @@ class AVDecoder:
         if attr.startswith("_"):
             raise AttributeError(attr)
         raise OptionError(
-            f"AVDecoder.{attr} ({self.name or 'an audio/video part'}): decoding audio and video needs PyAV, "
-            f"which is not installed; `pip install av`, or read the raw bytes from .data"
+            f"AVDecoder.{attr} ({self.name or 'an audio/video part'}): datareel's AVDecoder does not decode "
+            f"audio or video; read the raw bytes from .data and decode them yourself (e.g. with PyAV)"
         )
 
     def __repr__(self) -> str:

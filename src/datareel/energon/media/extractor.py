@@ -3,8 +3,8 @@
 
 Images are measured with PIL, restricted to datareel's decoded formats
 (:func:`datareel.formats.webdataset.images.open_image`: no external programs run on dataset bytes).
-Audio and video need PyAV, which is not installed: their metadata is left out (``None``), as Energon
-itself does when PyAV cannot read a file.
+Audio and video are measured with PyAV (:mod:`.av_probe`, the optional extra ``datareel[av]``); without
+it, or for a file it cannot read, their metadata is left out (``None``), as Energon does.
 """
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ class MediaFilterConfig:
         if kind is MediaMetadataType.IMAGE:
             return _image(data, filename)
         if kind is MediaMetadataType.AV:
-            log.debug("media metadata of %s left out: measuring audio/video needs PyAV (not installed)", filename)
+            from .av_probe import av_metadata
+
+            return av_metadata(data, filename)
         return None
 
 

@@ -5,8 +5,9 @@ The parts are decoded by datareel's part decoder (:class:`datareel.formats.webda
 webdataset's handlers, images per ``image_decode``), with datareel's one deliberate difference: pickle
 parts stay ``bytes`` (unpickling runs code from the dataset).  :meth:`SampleDecoder.decode` (a file store's
 file, a cooker's part) makes audio and video parts an :class:`~datareel.energon.av.AVDecoder` as in Energon,
-which needs PyAV to decode (and says so when used); a task encoder's decoder does not: datareel's readers
-leave those parts as their bytes, and a non-default ``av_decode`` / ``video_decode_audio`` there is refused.
+which holds their bytes and does not decode them (and says so when asked to); a task encoder's decoder does
+not: datareel's readers leave those parts as their bytes, and a non-default ``av_decode`` /
+``video_decode_audio`` there is refused.
 ``guess_content=True`` picks the handler by the bytes (the ``filetype`` package), as Energon does.
 """
 
