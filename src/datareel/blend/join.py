@@ -177,11 +177,9 @@ def _defined_in(loaded: Any, module: str, name: Any, where: str) -> Any:
     return obj
 
 
-def resolve_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = None) -> tuple[Callable[..., Any], str]:
-    """The joiner a YAML names -> (callable, ``"module.name"``); see the module doc."""
-    from ..sources.joined import sample_joiner
-    from ..sources.typed import Sample
-
+def named_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """The object a YAML's joiner names, as named (a class or a function), -> (object, ``"module.name"``);
+    see the module doc."""
     kinds = [k for k in ("__class__", "__function__") if isinstance(spec, dict) and k in spec]
     if not (isinstance(spec, dict) and isinstance(spec.get("__module__"), str) and len(kinds) == 1):
         raise DatasetError(
@@ -206,6 +204,15 @@ def resolve_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = No
         obj = _defined_in(loaded, module, name, where)
     if kinds[0] == "__class__" and not isinstance(obj, type):
         raise DatasetError(f"{where}.joiner: __class__ {label} is not a class; name a function with __function__")
+    return obj, label
+
+
+def resolve_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = None) -> tuple[Callable[..., Any], str]:
+    """The joiner a YAML names -> (callable, ``"module.name"``); see the module doc."""
+    from ..sources.joined import sample_joiner
+    from ..sources.typed import Sample
+
+    obj, label = named_joiner(spec, where, joiners)
     if isinstance(obj, type) and issubclass(obj, Sample):
         return sample_joiner(obj), label
     if not callable(obj):

@@ -8,19 +8,43 @@ The reel itself is built from the same file by :mod:`datareel.blend.metadataset`
 writes the join indexes a split's joins read
 (:func:`datareel.blend.join.prepare_joins`).  ``AuxFilesystemReference`` / ``AuxDatasetReference``
 are the two kinds of ``aux:`` entry.
+
+``MetadatasetV2.splits`` holds each split as Energon's object of the same name gives it —
+``MetadatasetBlend(subset, blend=[BlendDatasetReference(path, split_part, subflavors, aux, weight, ...)])``,
+``MetadatasetBlendEpochized``, ``MetadatasetJoin``, ``DatasetReference`` — with the values Energon gives after
+``post_initialize`` (paths as :class:`~datareel.energon.epathlib.EPath` beside the file, ``aux`` entries as
+``AuxDatasetReference`` / ``AuxFilesystemReference``, ``weight`` / ``repetitions`` as written, default 1.0 / 1).
+They are a read-only view (:func:`.walk.view_node`): ``get_datasets`` / ``traverse`` of a split or of one of
+its entries go through the same walk over the file's mapping, so a changed field would be read by nothing
+and an assignment is refused, naming the YAML key to edit.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from typing import Any
 
-from ...errors import DatasetError
+from ...errors import DatasetError, OptionError
 from ..multiplier import energon_multiplier
 from .loader_interface import DatasetLoaderInterface, LoadedDatasetList, TraversedDatasetReference
 
-__all__ = ["AuxDatasetReference", "AuxFilesystemReference", "DatasetSubset", "MetadatasetV2"]
+__all__ = [
+    "AuxDatasetReference",
+    "AuxFilesystemReference",
+    "BlendDatasetReference",
+    "BlendEpochizedDatasetReference",
+    "BlendEpochizedJoinDatasetReference",
+    "BlendJoinDatasetReference",
+    "DatasetReference",
+    "DatasetSubset",
+    "JoinDatasetReference",
+    "MetadatasetBlend",
+    "MetadatasetBlendEpochized",
+    "MetadatasetJoin",
+    "MetadatasetV2",
+    "Subset",
+]
 
 _URL = re.compile(r"^(?P<protocol>[a-z][a-z0-9+.-]*)://(?P<path>.*)", re.IGNORECASE)
 
@@ -121,6 +145,190 @@ def aux_reference(value: Any, mds_dir: Any, where: str) -> AuxDatasetReference |
     return AuxDatasetReference(path=EPath(value))
 
 
+class _View:
+    """A node of a loaded metadataset as Energon's class of the same name shows it; read-only once
+    :func:`bind` ties it to the mapping it shows (what datareel reads)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        where = self.__dict__.get("_where")
+        if where is not None:
+            raise FrozenInstanceError(
+                f"{type(self).__name__}.{name} of {where} is read-only: datareel reads the metadataset's mapping, "
+                f"not this view of it; change {name!r} in the YAML (or in the mapping given to load_dataset) and "
+                f"load it again"
+            )
+        object.__setattr__(self, name, value)
+
+    def _bound(self, what: str) -> tuple[Any, dict, str]:
+        where = self.__dict__.get("_where")
+        if where is None:
+            raise OptionError(
+                f"{type(self).__name__}.{what}: this object was built in code, and datareel reads metadatasets "
+                f"from their mapping; write it in a metadataset YAML (or a dict) and call load_dataset on that"
+            )
+        return self.__dict__["_mds"], self.__dict__["_node"], where
+
+
+def bind(view: Any, mds: Any, node: Any, where: str) -> Any:
+    """Tie ``view`` to the metadataset ``mds`` and the ``node`` it shows (at ``where``); it is read-only after."""
+    object.__setattr__(view, "_mds", mds)
+    object.__setattr__(view, "_node", node)
+    object.__setattr__(view, "_where", where)
+    return view
+
+
+@dataclass(kw_only=True)
+class Subset(_View):
+    """Energon's ``subset: {range: [start, end]}`` of an entry, its values as written (``"N%"``, an
+    integer, ``"end"``)."""
+
+    range: Any
+
+    def as_dataset_subset(self) -> DatasetSubset:
+        where = self.__dict__.get("_where") or "subset"
+        return parse_subset({"range": list(self.range)}, where)
+
+    def merge(self, parent_subset: DatasetSubset | None) -> DatasetSubset | None:
+        where = self.__dict__.get("_where") or "subset"
+        return merge_subset(self.as_dataset_subset(), parent_subset, where)
+
+
+class _Walked(_View, DatasetLoaderInterface):
+    """``get_datasets`` / ``traverse`` of one entry, through :mod:`.walk` over the mapping it shows."""
+
+    def post_initialize(self, mds_path: Any = None) -> None:
+        """Nothing: its metadataset's ``post_initialize`` (``load_dataset`` calls it) resolved the view."""
+
+    def traverse(
+        self, mds_path: Any = None, *, split_part: str, _subflavors: dict[str, Any] | None = None
+    ) -> list[TraversedDatasetReference]:
+        from .walk import traverse_node
+
+        mds, node, where = self._bound("traverse")
+        return traverse_node(mds, node, split_part, dict(_subflavors or {}), where)
+
+    def get_datasets(
+        self,
+        *,
+        training: bool,
+        split_part: str,
+        worker_config: Any,
+        subflavors: dict[str, Any] | None = None,
+        shuffle_over_epochs_multiplier: int | None = 1,
+        subset: Any = None,
+        **kwargs: Any,
+    ) -> LoadedDatasetList:
+        from .walk import Request, node_datasets
+
+        mds, node, where = self._bound("get_datasets")
+        multiplier = energon_multiplier(shuffle_over_epochs_multiplier, f"{where}: get_datasets: ")
+        request = Request(training, worker_config, kwargs)
+        return node_datasets(mds, node, request, split_part, subflavors, multiplier, subset, where)
+
+    def prepare(self, split_part: str | None = None) -> tuple[Any, ...]:
+        _, _, where = self._bound("prepare")
+        raise OptionError(
+            f"{where}: prepare one entry is not done by datareel; prepare the metadataset (MetadatasetV2.prepare, "
+            f"prepare_metadataset or `energon prepare` on the YAML), which writes the join indexes of its splits"
+        )
+
+
+@dataclass(kw_only=True)
+class DatasetReference(_Walked):
+    """An entry naming a dataset or a metadataset (``path``); after ``post_initialize`` ``path`` is an
+    ``EPath`` beside the file, ``aux`` maps names to ``AuxDatasetReference`` / ``AuxFilesystemReference``
+    and ``_dataset`` is the loader of what it names (a ``DatasetLoader`` or the nested metadataset)."""
+
+    subset: Subset | None = None
+    path: Any
+    split_part: str | None = None
+    subflavors: dict[str, Any] | None = None
+    shuffle_over_epochs_multiplier: int | None = 1
+    dataset_config: str | None = None
+    split_config: str | None = None
+    aux: dict[str, Any] | None = None
+    _dataset: Any = None
+
+
+@dataclass(kw_only=True)
+class BlendDatasetReference(DatasetReference):
+    """An item of a ``blend`` list naming a dataset, with its ``weight`` (as written; default 1.0)."""
+
+    weight: float = 1.0
+
+
+@dataclass(kw_only=True)
+class BlendEpochizedDatasetReference(DatasetReference):
+    """An item of a ``blend_epochized`` list naming a dataset, with its ``repetitions`` (default 1)."""
+
+    repetitions: int | float = 1
+
+
+@dataclass(kw_only=True)
+class JoinDatasetReference(DatasetReference):
+    """A dataset of a ``join`` (read by its join only), with its ``nonmatch`` (default ``"error"``)."""
+
+    nonmatch: str = "error"
+
+    def traverse(
+        self, mds_path: Any = None, *, split_part: str, _subflavors: dict[str, Any] | None = None
+    ) -> list[TraversedDatasetReference]:
+        raise NotImplementedError("traverse_metadataset() does not support joined datasets.")  # Energon's
+
+    def get_datasets(self, **kwargs: Any) -> LoadedDatasetList:
+        from .walk import _JOIN
+
+        _, _, where = self._bound("get_datasets")
+        raise DatasetError(f"{where}: a dataset of a join is read by its join only; {_JOIN}")
+
+
+@dataclass(kw_only=True)
+class MetadatasetJoin(_Walked):
+    """A ``join`` of datasets (a list or a mapping of ``JoinDatasetReference``).  ``joiner`` is the class or
+    function the YAML names when its module is imported (datareel imports nothing a metadataset names),
+    else the YAML's mapping (``{__module__: M, __class__: C}``)."""
+
+    subset: Subset | None = None
+    join: Any
+    joiner: Any
+    split_part: str | None = None
+    subflavors: dict[str, Any] | None = None
+    shuffle_over_epochs_multiplier: int | None = 1
+    dataset_config: str | None = None
+    split_config: str | None = None
+    _dataset: Any = None
+
+
+@dataclass(kw_only=True)
+class BlendJoinDatasetReference(MetadatasetJoin):
+    """A join as an item of a ``blend`` list, with its ``weight`` (default 1.0)."""
+
+    weight: float = 1.0
+
+
+@dataclass(kw_only=True)
+class BlendEpochizedJoinDatasetReference(MetadatasetJoin):
+    """A join as an item of a ``blend_epochized`` list, with its ``repetitions`` (default 1)."""
+
+    repetitions: int | float = 1
+
+
+@dataclass(kw_only=True)
+class MetadatasetBlend(_Walked):
+    """A ``blend``: its items sampled by weight."""
+
+    subset: Subset | None = None
+    blend: list[Any]
+
+
+@dataclass(kw_only=True)
+class MetadatasetBlendEpochized(_Walked):
+    """A ``blend_epochized``: its items' samples repeated ``repetitions`` times per epoch."""
+
+    subset: Subset | None = None
+    blend_epochized: list[Any]
+
+
 class MetadatasetV2(DatasetLoaderInterface):
     """A metadataset (``__class__: MetadatasetV2``) at ``path`` with its parsed ``splits``."""
 
@@ -129,19 +337,30 @@ class MetadatasetV2(DatasetLoaderInterface):
     def __init__(self, path: Any, splits: dict[str, Any]):
         from ..epathlib import EPath
 
-        self.path, self.splits = EPath(path), splits
+        self.path, self._config = EPath(path), splits
+        self.splits = self._views(resolve=False)  # as written until post_initialize
+
+    def _views(self, *, resolve: bool) -> dict[str, Any]:
+        from .walk import view_node
+
+        return {
+            name: view_node(self, node, f"{self.path}: splits.{name}", resolve=resolve)
+            for name, node in self._config.items()
+        }
 
     def split(self, split_part: str) -> Any:
-        if split_part not in self.splits:
-            raise DatasetError(f"{self.path}: split {split_part!r} is not defined; it defines {sorted(self.splits)}")
-        return self.splits[split_part]
+        """The mapping of split ``split_part`` (what the walk reads; ``splits[split_part]`` is its view)."""
+        if split_part not in self._config:
+            raise DatasetError(f"{self.path}: split {split_part!r} is not defined; it defines {sorted(self._config)}")
+        return self._config[split_part]
 
     def post_initialize(self, mds_path: Any = None) -> None:
-        """Check that every split's datasets exist (Energon checks when loading the file)."""
-        from .walk import check_exists
+        """Check that every split's datasets exist (Energon checks when loading the file) and resolve the
+        views in ``splits`` (paths beside the file, aux references, nested metadatasets loaded)."""
+        self.splits = self._views(resolve=True)
 
-        for name, node in self.splits.items():
-            check_exists(self, node, f"{self.path}: splits.{name}")
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(path={self.path!r}, splits={self.splits!r})"
 
     def traverse(
         self, mds_path: Any = None, *, split_part: str, _subflavors: dict[str, Any] | None = None
@@ -179,7 +398,7 @@ class MetadatasetV2(DatasetLoaderInterface):
 
         found: list[Any] = []
         nested: list[Any] = []
-        for name, node in self.splits.items():
+        for name, node in self._config.items():
             if split_part is None or name == split_part:
                 join_nodes(self, node, name, f"{self.path}: splits.{name}", found, nested)
         for target in dict.fromkeys(str(t) for t in nested):

@@ -1,8 +1,10 @@
 """The walk under :class:`~.metadataset_v2.MetadatasetV2` and :class:`~.metadataset.Metadataset`: one node of
 a split (a dataset reference, ``blend``, ``blend_epochized``, ``join``) -> its flattened leaves
-(``get_datasets``) or its leaf references (``traverse``), with Energon's arithmetic: weights normalised per
-blend and multiplied down, repetitions multiplied, subflavors outer-over-inner, multipliers combined
-(:func:`datareel.plan.over_epochs.combine`), subsets merged (:func:`.metadataset_v2.merge_subset`)."""
+(``get_datasets``), its leaf references (``traverse``) or Energon's object of it (``view_node``: what
+``MetadatasetV2.splits`` shows, checked and resolved by ``post_initialize``), with Energon's arithmetic:
+weights normalised per blend and multiplied down, repetitions multiplied, subflavors outer-over-inner,
+multipliers combined (:func:`datareel.plan.over_epochs.combine`), subsets merged
+(:func:`.metadataset_v2.merge_subset`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,22 @@ from ...storage.path import as_path
 from ..multiplier import energon_multiplier
 from .dataset_loader import DatasetLoader
 from .loader_interface import DatasetBlendMode, LoadedDatasetList, TraversedDatasetReference
-from .metadataset_v2 import aux_reference, merge_subset, parse_subset
+from .metadataset_v2 import (
+    BlendDatasetReference,
+    BlendEpochizedDatasetReference,
+    BlendEpochizedJoinDatasetReference,
+    BlendJoinDatasetReference,
+    DatasetReference,
+    JoinDatasetReference,
+    MetadatasetBlend,
+    MetadatasetBlendEpochized,
+    MetadatasetJoin,
+    Subset,
+    aux_reference,
+    bind,
+    merge_subset,
+    parse_subset,
+)
 
 _JOIN = (
     "get_datasets of a join (join:) is not supported by datareel.energon: get_train_dataset / get_val_dataset / "
@@ -199,26 +216,103 @@ def traverse_node(
     return [TraversedDatasetReference(path=target, split_part=part, aux=aux, subflavors=merged)]
 
 
-def check_exists(mds: Any, node: Any, where: str) -> None:
-    """Raise where an entry under ``node`` names a path that does not exist (Energon checks at load)."""
+def view_node(mds: Any, node: Any, where: str, *, resolve: bool, parent: str | None = None) -> Any:
+    """Energon's object of ``node`` (:class:`~.metadataset_v2.MetadatasetBlend`, ``DatasetReference``, ...:
+    the view ``MetadatasetV2.splits`` holds); ``parent`` is the kind of list holding it (``blend``,
+    ``blend_epochized``, ``join``), ``None`` for a split's own node.  With ``resolve`` (``post_initialize``)
+    each path is resolved beside the file and must exist, ``aux`` entries become references and a nested
+    metadataset is loaded and checked (Energon checks when loading the file); without, values are as written."""
     kind = _kind(node, where)
+    subset = None
+    if "subset" in node:
+        parse_subset(node["subset"], where)  # refused here, by name, when malformed
+        subset = bind(Subset(range=node["subset"]["range"]), mds, node["subset"], f"{where}.subset")
+    extra: dict[str, Any] = {}
+    if parent == "blend":
+        extra["weight"] = node.get("weight", 1.0)
+    elif parent == "blend_epochized":
+        extra["repetitions"] = node.get("repetitions", 1)
+    if kind in ("blend", "blend_epochized"):
+        items = node[kind]
+        if not isinstance(items, list):
+            raise DatasetError(f"{where}.{kind} must be a non-empty list, got {items!r:.80}")
+        inner = [
+            view_node(mds, item, f"{where}.{kind}[{i}]", resolve=resolve, parent=kind) for i, item in enumerate(items)
+        ]
+        # an inline blend inside a blend (datareel's extension) shows no weight: Energon's classes have none
+        cls = MetadatasetBlend if kind == "blend" else MetadatasetBlendEpochized
+        return bind(cls(subset=subset, **{kind: inner}), mds, node, where)
+    common = {key: node.get(key, 1 if key == "shuffle_over_epochs_multiplier" else None) for key in _COMMON}
     if kind == "join":
         items = node["join"]
-        for name, item in items.items() if isinstance(items, dict) else enumerate(items or []):
-            if isinstance(item, dict) and "path" in item:
-                check_exists(mds, {"path": item["path"]}, f"{where}.join[{name}]")
-        return
-    if kind != "path":
-        for i, item in enumerate(node[kind] if isinstance(node[kind], list) else []):
-            check_exists(mds, item, f"{where}.{kind}[{i}]")
-        return
+        if isinstance(items, dict):
+            joined: Any = {
+                key: view_node(mds, item, f"{where}.join[{key}]", resolve=resolve, parent="join")
+                for key, item in items.items()
+            }
+        elif isinstance(items, list):
+            joined = [
+                view_node(mds, item, f"{where}.join[{i}]", resolve=resolve, parent="join")
+                for i, item in enumerate(items)
+            ]
+        else:
+            raise DatasetError(f"{where}.join must be a list or a mapping of datasets, got {items!r:.80}")
+        cls = _JOINS[parent]
+        joiner = _joiner(node.get("joiner"), where)
+        return bind(cls(subset=subset, join=joined, joiner=joiner, **common, **extra), mds, node, where)
+    if parent == "join":
+        extra["nonmatch"] = node.get("nonmatch", "error")
+    fields = {"path": node["path"], "aux": node.get("aux"), **common}
+    if resolve:
+        fields.update(_resolved(mds, node, where, joined=parent == "join"))
+    return bind(_REFERENCES[parent](subset=subset, **fields, **extra), mds, node, where)
+
+
+_COMMON = ("split_part", "subflavors", "shuffle_over_epochs_multiplier", "dataset_config", "split_config")
+_REFERENCES = {
+    None: DatasetReference,
+    "blend": BlendDatasetReference,
+    "blend_epochized": BlendEpochizedDatasetReference,
+    "join": JoinDatasetReference,
+}
+_JOINS = {
+    None: MetadatasetJoin,
+    "blend": BlendJoinDatasetReference,
+    "blend_epochized": BlendEpochizedJoinDatasetReference,
+}
+
+
+def _joiner(spec: Any, where: str) -> Any:
+    """The object a join's ``joiner`` names when its module is imported, else the YAML's mapping as written
+    (datareel imports nothing a metadataset names; reading the join resolves it, or names the fix)."""
+    from ...blend.join import named_joiner
+
+    if spec is None:
+        return None
+    try:
+        return named_joiner(spec, where)[0]
+    except DatasetError:
+        return spec
+
+
+def _resolved(mds: Any, node: dict, where: str, *, joined: bool) -> dict[str, Any]:
+    """A dataset entry's ``path`` resolved and checked, its ``aux`` references and its ``_dataset``."""
     target, nested = _target(mds, node, where)
-    if nested:
-        _nested(mds, node, target, where).post_initialize()
-    elif not (target.is_dir() or target.is_file()):
+    if nested and not joined:
+        inner = _nested(mds, node, target, where)
+        inner.post_initialize()
+        return {"path": target, "_dataset": inner}
+    if not (target.is_dir() or target.is_file()):
         raise DatasetError(
             f"{where}.path={node['path']!r}: {target} does not exist (paths are relative to {mds.path.name})"
         )
+    if joined:
+        return {"path": target}
+    loader = DatasetLoader(target, split_config=node.get("split_config"), dataset_config=node.get("dataset_config"))
+    resolved = {"path": target, "_dataset": loader}
+    if node.get("aux") is not None:  # Energon's aux stays None when the entry has none
+        resolved["aux"] = {k: aux_reference(v, mds.path.parent, where) for k, v in _aux(node, where).items()}
+    return resolved
 
 
 def join_nodes(mds: Any, node: Any, split: str, where: str, found: list, nested: list) -> None:
