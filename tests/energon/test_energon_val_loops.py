@@ -26,6 +26,7 @@ import warnings
 import pytest
 
 from datareel import energon as den
+from datareel.errors import StateMismatchError
 
 me = pytest.importorskip("megatron.energon")
 
@@ -317,3 +318,53 @@ def test_train_loader_pass_structure_matches_energon(texts, workers, wraps, virt
             got.append((len(loader), structure(passes)))
         del loader
     assert got[1] == got[0]
+
+
+SAVES = [
+    pytest.param((), 0, id="plain-at-start"),
+    pytest.param((), 3, id="plain-mid-pass"),
+    pytest.param((), 13, id="plain-at-end"),
+    pytest.param((("repeat",),), 17, id="repeat-second-pass"),
+    pytest.param((("limit", 4, True),), 2, id="limit4-mid"),
+]
+
+
+@pytest.mark.parametrize("wraps,saved_after,W,workers", pairwise(SAVES))
+def test_val_state_saved_mid_pass_continues_as_energons(texts, W, workers, wraps, saved_after):
+    """save_state_rank after some batches (a `for` left there), restore_state_rank into a fresh loader of the
+    same topology: the rest of that pass, then (without worker processes) the passes after it, as megatron.energon's
+    savable loader gives them.  With worker processes Energon's passes after a restore start from another worker
+    each time (its savable loader keeps the restored worker rotation), which datareel does not copy: its later
+    passes are the val order from the first worker, as a fresh loader's (docs/migrating-from-energon.md)."""
+    for rank in range(W):
+        seen = []
+        for lib in (me, den):
+            case = dict(W=W, rank=rank, workers=workers, wraps=wraps, loader="get_savable_loader")
+            first = build(lib, texts, **case)
+            for taken, _ in enumerate(itertools.chain(*(iter(first) for _ in range(3))), 1):
+                if taken >= saved_after:
+                    break
+            state = first.save_state_rank() if saved_after else build(lib, texts, **case).save_state_rank()
+            again = build(lib, texts, **case)
+            again.restore_state_rank(state)
+            seen.append(consume(again, "for", passes=1, take=20) if workers else consume(again, "cyclic", count=20))
+            del first, again
+        assert seen[1] == seen[0], f"rank {rank} of {W}"
+
+
+def test_val_state_is_refused_on_another_topology(texts):
+    state = build(den, texts, W=2, rank=0, workers=0, loader="get_savable_loader").save_state_rank()
+    other = build(den, texts, W=3, rank=0, workers=0, loader="get_savable_loader")
+    with pytest.raises(StateMismatchError, match="world_size: saved 2, now 3"):
+        other.restore_state_rank(state)
+    train = den.get_savable_loader(
+        den.get_train_dataset(
+            str(texts),
+            worker_config=den.WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+    )
+    with pytest.raises(StateMismatchError, match="val loader"):
+        other.restore_state_rank(train.save_state_rank())

@@ -49,6 +49,7 @@ from .task_encoder.cooking import bind_cookers
 from .task_encoder.position import stamp
 from .unbatched import Group, Unbatched
 from .val import ValPlan
+from .val_state import restore_val, this_rank_val, val_state, val_states
 
 __all__ = ["EnergonLoader", "LoaderStream"]
 
@@ -198,6 +199,18 @@ class EnergonLoader:
         self._live, self._live_token = (live if self._keep else None), token
         return live
 
+    def config(self) -> dict[str, Any]:
+        """What this loader is, for logs (Energon's ``config()``): its type, workers and the state's ``spec``
+        (datareel's, which says everything a restore must find unchanged; Energon describes its own wrappers)."""
+        config = self.worker_config
+        return {
+            "type": "SavableDataLoader",
+            "num_workers": config.num_workers,
+            "persistent_workers": bool(config.num_workers),
+            "worker_config": config.config(),
+            "spec": self.loader.state_dict()["spec"] if self.loader is not None else None,
+        }
+
     def can_restore_sample(self) -> bool:
         """Whether :meth:`restore_sample` can make a batch again from its key (:mod:`.loader_restore`)."""
         return self._restorer is not None
@@ -230,10 +243,16 @@ class EnergonLoader:
 
     # -- state, Energon's calling conventions --------------------------------------------------------
     def save_state_rank(self) -> dict[str, Any]:
+        if self._val is not None:  # Energon's val order: this rank's pass position, same topology (.val_state)
+            return val_state(self._val, self._passes, self.worker_config.rank, self.worker_config.world_size)
         self._agree()
         return self._datareel("save_state_rank").state_dict()
 
     def restore_state_rank(self, state: Any) -> None:
+        if self._val is not None:
+            self._live = None
+            restore_val(self._val, self._passes, state, self.worker_config.rank, self.worker_config.world_size)
+            return
         self._datareel("restore_state_rank")
         old = energon_states(state)
         if old is not None:  # megatron.energon's own state: adopt the rest of its epoch (datareel.energon.adopt)
@@ -316,6 +335,8 @@ class EnergonLoader:
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
         """Gathers (and checks) every rank's state; on ``global_dst_rank`` a list with one state per rank."""
+        if self._val is not None:  # each rank's own val position (.val_state), gathered as they are
+            return val_states(self.save_state_rank(), self.worker_config, global_dst_rank)
         loader = self._datareel("save_state_global")
         self._agree()
         group = self.worker_config.data_parallel_group
@@ -327,6 +348,9 @@ class EnergonLoader:
 
     def restore_state_global(self, state: Any, src_rank: int | None = None) -> None:
         """``src_rank=None``: every rank passes the global state; else only ``src_rank`` does."""
+        if self._val is not None:
+            self.restore_state_rank(this_rank_val(state, self.worker_config, src_rank))
+            return
         self._datareel("restore_state_global")
         old = None if state is None else energon_states(state)
         if old is not None:  # every old rank's megatron.energon state: adopt the rest of its epoch

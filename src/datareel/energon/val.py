@@ -159,7 +159,7 @@ class ValPlan:
         prefetch_factor: int | None,
         seed: int,
     ):
-        self.maker, self.seed = maker, seed
+        self.maker, self.seed, self.sizes = maker, seed, list(sizes)
         self.slices = worker_slices(sizes, world_size, rank, num_workers)
         self.bases = [Batches(s.size, batch_size, drop_last) for s in self.slices]
         self.workers = WorkerOptions(
@@ -170,6 +170,7 @@ class ValPlan:
         self.passes: Passes | None = None  # the wrapped workers' streams over `bases` (given by iterate)
         self.skip = 0  # batches of the pass the sampler leaves out (handed out before the pass failed)
         self._failed: tuple[list[Any], int] | None = None  # the failed pass: (its start's marks, batches handed out)
+        self._current: tuple[list[Any], int] | None = None  # the pass being iterated: (start's marks, handed out)
         self._dataloader: Any = None
         self._inner: Any = None  # a weak reference to the DataLoader iterator of the current pass
 
@@ -184,6 +185,7 @@ class ValPlan:
         else:
             start, handed = passes.mark(), 0
         self.skip = handed
+        self._current = (start, handed)
         inner: Any = None
         while True:
             try:
@@ -201,11 +203,12 @@ class ValPlan:
                 finally:
                     WORKER_DEATHS.done(waiting)
             except StopIteration:
+                self._current = None
                 return
             except BaseException as exc:  # a worker died, an interrupt, a batch that failed: the pass goes on later
                 failed = isinstance(exc, BatchError)  # a property of the batch: it counts as handed out
                 handed += int(failed)
-                self._failed = (start, handed)
+                self._failed, self._current = (start, handed), None
                 lost = lost_worker(inner, exc) if hasattr(inner, "_workers") else None  # before the workers stop
                 self._stop(inner)
                 report = exc if lost is None else lost  # a worker's death however torch surfaced it: one report
@@ -223,7 +226,21 @@ class ValPlan:
                     raise lost from exc
                 raise
             handed += 1
+            self._current = (start, handed)
             yield batch
+
+    def position(self, passes: Passes) -> tuple[list[Any], int]:
+        """Where this rank's pass over ``passes`` stands: its start's marks and the batches handed out since
+        (:mod:`.val_state`)."""
+        if self._current is not None:
+            return self._current
+        if self._failed is not None:
+            return self._failed
+        return passes.mark(), 0
+
+    def continue_at(self, marks: list[Any], handed: int) -> None:
+        """The next pass continues from ``marks``, leaving out the ``handed`` batches already handed out."""
+        self._failed, self._current = (marks, handed), None
 
     def _start(self) -> Any:
         """The DataLoader's iterator for a pass (its workers reported as datareel's Loader's are)."""

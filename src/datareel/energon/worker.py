@@ -70,6 +70,16 @@ class WorkerConfig:
             return self.rank
         return torch_dist.get_global_rank(self.data_parallel_group, self.rank)
 
+    def config(self) -> dict[str, Any]:
+        """Where this config sits, as Energon describes it (the group by its size)."""
+        group = self.data_parallel_group
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_workers": self.num_workers,
+            "data_parallel_group": group.size() if group is not None else None,
+        }
+
     def __eq__(self, other: object) -> bool:
         """Energon compares where a config sits only (rank, world size, workers): also with megatron.energon's."""
         if not all(hasattr(other, name) for name in ("rank", "world_size", "num_workers")):
