@@ -213,3 +213,43 @@ def test_restore_sample_makes_packed_and_generator_batches_again_on_any_topology
             )
     with pytest.raises(OptionError, match="restore_sample"):
         one.restore_sample(("Reel", 0, 2))  # a plain reel's key: this one is planned by windows
+
+
+def _generator_indexed(lib):
+    class Twice(lib.DefaultTaskEncoder):
+        """Two outputs per sample, each naming the batch and the sample count it was made at."""
+
+        def encode_sample(self, sample):
+            for k in range(2):
+                yield lib.TextSample.derive_from(
+                    sample, text=f"{sample.caption}#{k}|{self.current_batch_index}|{self.current_sample_index}"
+                )
+
+    return Twice()
+
+
+@pytest.mark.workers  # a generator encode_sample is planned per window in a planning process
+@pytest.mark.parametrize("batch_size", [3, 4])
+def test_a_generators_current_batch_index_is_the_batch_its_output_goes_into(captions, batch_size):
+    """In a generator encode_sample, current_batch_index is the batch each output lands in and
+    current_sample_index the input's count (megatron.energon's numbers on one rank); after restore_sample too."""
+
+    def indices(lib):
+        ds = lib.get_train_dataset(
+            str(captions),
+            worker_config=_config(lib),
+            batch_size=batch_size,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            task_encoder=_generator_indexed(lib),
+        )
+        loader = _loader(lib, ds)
+        batches = [b for _, b in zip(range(6), loader)]
+        out = [[t.split("|", 1)[1] for t in b.text] for b in batches]
+        if lib is den:  # made again from its key: the same numbers
+            assert [[t.split("|", 1)[1] for t in loader.restore_sample(b.__restore_key__).text] for b in batches] == out
+        return out
+
+    ours, theirs = indices(den), indices(me)
+    assert ours == theirs
+    assert all(entry.split("|")[0] == str(b) for b, batch in enumerate(ours) for entry in batch)

@@ -83,11 +83,12 @@ class BatchMaker(Dataset):
         (if any) as output 0."""
         return self.post(position, 0, self.first_stage(position, source_id, index)[0])
 
-    def first_stage(self, position: int, source_id: int, index: int) -> list[Any]:
-        """The windowed stage's first half for one input: its outputs (raises what the sample raised)."""
+    def first_stage(self, position: int, source_id: int, index: int, first_unit: int | None = None) -> list[Any]:
+        """The windowed stage's first half for one input: its outputs (raises what the sample raised);
+        ``first_unit``: the reel position of its first output, where a micro-batch is made of them."""
         raw = self._read(source_id, index)
         reseed = self.options.reseed_global or bool({"encode_sample", "preencode_sample"} & self.encoder.reseeds)
-        with sample_context(self.options.seed, position, reseed_global=reseed):
+        with sample_context(self.options.seed, position, reseed_global=reseed, first_unit=first_unit):
             return self.encoder.outputs(raw)
 
     def post(self, position: int, output: int, sample: Any) -> Any:
@@ -273,9 +274,13 @@ class BatchMaker(Dataset):
         outputs = desc.outputs.tolist()
         threaded = self._threaded(members, outputs, desc.planned)
         out = []
+        # one unit per member (a generator's outputs, not packed): output k of input p is unit units[j], so the
+        # input's first output is units[j] - k (what current_batch_index reads while the generator runs)
+        units = desc.units.tolist() if not desc.packs.any() else None
         for j, ((p, s, i), k, t) in enumerate(zip(members, outputs, desc.truncate.tolist())):
             if desc.planned:
-                sample = self._planned(made, p, s, i, k, threaded)
+                first = units[j] - k if units is not None else None
+                sample = self._planned(made, p, s, i, k, threaded, first)
             else:
                 sample = self.sample(p, s, i, threaded[j] if threaded is not None else None)
             out.append(cut(sample, self.options.max_length) if t else sample)
@@ -291,12 +296,14 @@ class BatchMaker(Dataset):
             return self.threads.map(lambda m: self._attempt(*m), members)
         return planned_stages(self.threads, self.first_stage, self.post, members, outputs)
 
-    def _planned(self, made: dict[int, list[Any]], p: int, s: int, i: int, k: int, threaded: Any = None) -> Any:
+    def _planned(
+        self, made: dict[int, list[Any]], p: int, s: int, i: int, k: int, threaded: Any = None, first: int | None = None
+    ) -> Any:
         """Output ``k`` of input ``p``'s first stage, post-encoded, as the window's plan found it (``threaded``:
-        both made by the threads, see :meth:`_threaded`)."""
+        both made by the threads, see :meth:`_threaded`; ``first``: the reel position of its first output)."""
         if p not in made:
             try:
-                made[p] = self.first_stage(p, s, i) if threaded is None else threaded[p][0].get()
+                made[p] = self.first_stage(p, s, i, first) if threaded is None else threaded[p][0].get()
             except Exception as exc:
                 if not sample_failure(exc):
                     raise self.refused(p, s, i, exc) from exc

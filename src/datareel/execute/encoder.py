@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import default_collate
 
 from ..errors import DatareelError, OptionError
+from .randomness import current_context
 
 HOOKS = ("encode_sample", "batch", "encode_batch", "pack_selected_samples")
 STAGE_HOOKS = ("preencode_sample", "postencode_sample", "select_samples_to_pack")
@@ -230,7 +231,15 @@ class ResolvedEncoder:
     def outputs(self, sample: Any) -> list[Any]:
         """The first stage's outputs for one sample (a generator's, in order; else exactly one)."""
         result = self.first(sample)
-        return list(result) if self.windowed else [result]
+        if not self.windowed:
+            return [result]
+        out: list[Any] = []
+        context = current_context()  # which output is being made: a generator's current_batch_index reads it
+        for made in result:
+            out.append(made)
+            if context is not None:
+                context.output = len(out)
+        return out
 
     @staticmethod
     def _check_energon(encoder: Any, packing: Any, online: bool, grouped: bool = False) -> None:

@@ -26,21 +26,32 @@ _DOMAIN_GLOBAL, _DOMAIN_TORCH = 0x676C6F62, 0x746F7263  # "glob", "torc"
 
 
 class _Context:
-    __slots__ = ("seed", "position", "domain", "rng")
+    __slots__ = ("seed", "position", "domain", "rng", "first_unit", "output")
 
-    def __init__(self, seed: int, position: int, domain: int):
+    def __init__(self, seed: int, position: int, domain: int, first_unit: int | None = None):
         self.seed, self.position, self.domain = seed, position, domain
         self.rng: np.random.Generator | None = None
+        # a generator encode_sample made for a micro-batch: the reel (unit) position of its first output, and
+        # which output it is making now (ResolvedEncoder.outputs advances it); None while a window is planned
+        self.first_unit, self.output = first_unit, 0
 
 
 @contextlib.contextmanager
 def sample_context(
-    seed: int, position: int, *, pack: bool = False, reseed_global: bool = False, domain: int | None = None
+    seed: int,
+    position: int,
+    *,
+    pack: bool = False,
+    reseed_global: bool = False,
+    domain: int | None = None,
+    first_unit: int | None = None,
 ) -> Iterator[None]:
     """Make ``(seed, position)`` the current sample (or, with ``pack=True``, the current pack; ``domain``
-    names another purpose, e.g. a windowed stage's ``postencode_sample``)."""
+    names another purpose, e.g. a windowed stage's ``postencode_sample``; ``first_unit``: where a generator's
+    first output lies in the window reel, when a micro-batch is made)."""
     previous = getattr(_local, "context", None)
-    context = _Context(seed, position, domain if domain is not None else DOMAIN_PACK if pack else DOMAIN_SAMPLE)
+    kind = domain if domain is not None else DOMAIN_PACK if pack else DOMAIN_SAMPLE
+    context = _Context(seed, position, kind, first_unit)
     _local.context = context
     saved = None
     if reseed_global:  # the caller's global generators (the training loop's, with num_workers=0) are kept
@@ -64,6 +75,11 @@ def reseed_global_rngs(context: _Context) -> None:
     random.seed(int(words[0]))
     np.random.seed(int(words[1] & 0xFFFFFFFF))
     torch.manual_seed(int(words[2] & 0x7FFFFFFFFFFFFFFF))
+
+
+def current_context() -> _Context | None:
+    """The current sample's context (``None`` outside :func:`sample_context`)."""
+    return getattr(_local, "context", None)
 
 
 def _current() -> _Context:

@@ -3,7 +3,8 @@
 Inside ``encode_sample`` the executor makes the sample's reel position current
 (:func:`datareel.execute.randomness.sample_context`); inside ``batch`` / ``encode_batch`` the position of the
 micro-batch's first unit.  With ``m`` samples per rank and micro-step and ``S = m × world_size`` positions
-per micro-step (what the facade loader stamps on the encoder: :func:`stamp`), a rank's micro-step is
+per micro-step (what the facade loader stamps on the encoder: :func:`datareel.energon.encoder_stamp.stamp`), a
+rank's micro-step is
 ``p // S`` and its sample count ``(p // S) · m + p mod m`` — Energon's numbers for a rank without worker
 processes (it counts per worker and interleaves them); the same after every restore and for
 :meth:`~datareel.energon.EnergonLoader.restore_sample`, since they follow from the position alone.
@@ -17,23 +18,7 @@ from ...errors import DatareelError
 from ...execute import randomness
 from ...plan.rng import DOMAIN_SAMPLE
 
-_ATTR = "_datareel_step_shape"  # what stamp(step_shape=) sets
-
-
-def stamp(encoder: Any, **values: Any) -> None:
-    """Give ``encoder`` (and the one an ``AugmentTaskEncoder`` wraps) what the facade loader that runs it
-    knows: ``step_shape=(m, S)``, ``cache_pool=``; they travel to the workers with it.  An encoder derived
-    from megatron.energon's gets the facade's properties that read them (:func:`..foreign.adopt_encoder`)."""
-    from ..foreign import adopt_encoder
-
-    while encoder is not None:
-        adopt_encoder(encoder)  # megatron.energon's cache / current_*_index properties: the facade's
-        try:
-            for name, value in values.items():
-                setattr(encoder, f"_datareel_{name}", value)
-        except AttributeError:  # a slotted or frozen encoder: its hooks cannot ask for them
-            return
-        encoder = getattr(encoder, "_task_encoder", None)
+_ATTR = "_datareel_step_shape"  # what encoder_stamp.stamp(step_shape=) sets
 
 
 def _shape(encoder: Any, what: str) -> tuple[int, int, Any]:
@@ -48,8 +33,13 @@ def _shape(encoder: Any, what: str) -> tuple[int, int, Any]:
 
 
 def batch_index(encoder: Any) -> int:
-    """This rank's micro-batch count at the hook's sample or micro-batch (from 0, from the reel's start)."""
+    """This rank's micro-batch count at the hook's sample or micro-batch (from 0, from the reel's start); in a
+    generator ``encode_sample`` run for a micro-batch, the micro-batch its current output goes into (the
+    output's unit position; while a window is planned, the input's position stands in)."""
     _, step, context = _shape(encoder, "current_batch_index")
+    first = getattr(context, "first_unit", None)
+    if first is not None and context.domain == DOMAIN_SAMPLE:
+        return (first + context.output) // step
     return int(context.position) // step
 
 
