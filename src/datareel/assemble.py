@@ -7,7 +7,6 @@ then what the dataset and the encoder select); nothing here is kept but :class:`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +17,13 @@ from .blend.build import build_plan
 from .blend.tree import Blend
 from .errors import OptionError, check_int
 from .execute.workers import WorkerOptions
+from .options import LoaderOptions
 from .pipeline import build
 from .plan.blocks import BlockShuffle
 from .plan.layout import Layout
 from .plan.locality import with_blocks
 from .plan.nodes import ReelPlan
-from .plan.schedule import BatchSchedule, RampUp
-from .reel import Packing, Stage, WindowedStage
+from .reel import Packing
 from .run import Recipe, Run
 from .sources.base import Source
 from .sources.sequence import from_sequence
@@ -49,69 +48,31 @@ class Parts:
         return self.run.recipe.dataset
 
 
-def assemble(
-    dataset: Source | Blend | Any,
-    *,
-    global_batch_size: int | RampUp | Sequence[tuple[int, int]] | BatchSchedule,
-    micro_batch_size: int,
-    seed: int,
-    shuffle: bool | BlockShuffle,
-    rank: int | None,
-    world_size: int | None,
-    num_workers: int,
-    task_encoder: Any,
-    repeat: bool,
-    prefetch_factor: int | None,
-    pin_memory: bool,
-    persistent_workers: bool,
-    multiprocessing_context: Any,
-    timeout: float,
-    data_parallel_group: Any,
-    packing: Packing | None,
-    stage: WindowedStage | Stage | None,
-    reseed_global_rng: bool,
-    on_error: str,
-    error_handler: Any,
-    map_threads: int = 0,
-) -> Parts:
-    """The parts of ``Loader(dataset, **arguments)`` (see :class:`~datareel.Loader` for each argument)."""
+def assemble(dataset: Source | Blend | Any, options: LoaderOptions) -> Parts:
+    """The parts of ``Loader(dataset, **options)`` (see :class:`~datareel.Loader` for each option)."""
+    o = options
     if not isinstance(dataset, (Source, Blend)):
         dataset = from_sequence(dataset)
-    seed = check_int(seed, "seed", maximum=(1 << 64) - 1)
-    rank, world_size = dist.rank_and_world(rank, world_size, data_parallel_group)
-    layout = Layout(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, world_size=world_size)
-    shuffle = check_shuffle(shuffle)
+    seed = check_int(o.seed, "seed", maximum=(1 << 64) - 1)
+    rank, world_size = dist.rank_and_world(o.rank, o.world_size, o.data_parallel_group)
+    layout = Layout(global_batch_size=o.global_batch_size, micro_batch_size=o.micro_batch_size, world_size=world_size)
+    shuffle = check_shuffle(o.shuffle)
     blocks = shuffle.resolved(layout.schedule.common_divisor(0)) if isinstance(shuffle, BlockShuffle) else None
     recipe = Recipe(dataset, seed, True if blocks is not None else shuffle, blocks)
     workers = WorkerOptions(
-        num_workers=num_workers,
-        prefetch_factor=prefetch_factor,
-        pin_memory=pin_memory,
-        persistent_workers=persistent_workers,
-        timeout=timeout,
-        multiprocessing_context=multiprocessing_context,
+        num_workers=o.num_workers,
+        prefetch_factor=o.prefetch_factor,
+        pin_memory=o.pin_memory,
+        persistent_workers=o.persistent_workers,
+        timeout=o.timeout,
+        multiprocessing_context=o.multiprocessing_context,
     )
     plan, sources = build_plan(dataset, seed=recipe.seed, shuffle=recipe.shuffle)
     if blocks is not None:
         plan = with_blocks(plan, blocks)
-    pipeline = build(
-        plan,
-        sources,
-        name=dataset.name,
-        seed=recipe.seed,
-        repeat=bool(repeat),
-        task_encoder=task_encoder,
-        packing=packing,
-        stage=stage,
-        reseed_global_rng=reseed_global_rng,
-        on_error=on_error,
-        error_handler=error_handler,
-        num_workers=num_workers,
-        multiprocessing_context=multiprocessing_context,
-        map_threads=map_threads,
-    )
+    pipeline = build(plan, sources, name=dataset.name, seed=recipe.seed, options=o)
     run = Run.start(pipeline.reel, layout, recipe)
-    return Parts(run, pipeline.maker, rank, data_parallel_group, bool(repeat), workers, plan, sources, packing)
+    return Parts(run, pipeline.maker, rank, o.data_parallel_group, bool(o.repeat), workers, plan, sources, o.packing)
 
 
 SHUFFLE_RULE = (

@@ -6,7 +6,8 @@ It answers from its current run (cursor, global batch, state) and iterates it th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import inspect
+from collections.abc import Iterator
 from typing import Any
 
 from . import dist
@@ -15,9 +16,7 @@ from .blend.tree import Blend
 from .groups import GlobalBatch, global_batches
 from .iteration import Driver, LoaderIterator
 from .iteration import answer_from_run as _of_run
-from .plan.blocks import BlockShuffle
-from .plan.schedule import BatchSchedule, RampUp
-from .reel import Packing, Stage, WindowedStage
+from .options import LoaderOptions, signature
 from .remake import Address, Remaker, next_address
 from .sources.base import Source
 
@@ -35,26 +34,31 @@ class Loader:
     then ``[S_b, S_b + G_b)``, and :attr:`accumulation_steps`, :attr:`at_global_batch_boundary` and
     :meth:`global_batches` say where each optimizer step ends (docs/batch-schedules.md).
 
-    Arguments: ``dataset`` is a :class:`~datareel.Source` or blend (any other sequence is wrapped with
-    :func:`~datareel.from_sequence`); ``rank``/``world_size`` default to ``data_parallel_group``'s (or the default
-    process group's) when torch.distributed is initialised, else ``0``/``1``; ``shuffle`` is ``True`` (the full
-    shuffle), ``False`` (the reel in order; a numpy bool counts as the bool it holds) or a
-    :class:`~datareel.BlockShuffle` instance (the locality shuffle, docs/locality.md), and anything else (the class
-    ``BlockShuffle`` itself, ``"block"``, a number such as ``16`` or ``1``, ``None``) raises
-    :class:`~datareel.errors.OptionError` naming the argument meant; ``repeat=False`` reads one pass;
-    ``packing`` plans packs from lengths (:class:`~datareel.Packing`); ``stage`` plans encoder outputs or online
-    packs per window (:class:`~datareel.WindowedStage`, the default for a generator ``encode_sample``; or your own
-    :class:`~datareel.reel.Stage`, docs/stages.md); ``on_error``
-    (``"raise"`` / ``"substitute"``) handles a failing sample, after ``error_handler(exception, key)`` if given (it
-    may raise to stop) — only a failure of the sample itself (its bytes, its decoding, the encoder on its content;
-    :func:`datareel.errors.sample_failure` decides): a failure of the machine or the store (an ``OSError`` with an
-    errno such as EMFILE, EIO, ENOSPC or EACCES, a refused or timed-out connection, a bucket's retries run out, a
-    shard the index lists gone missing) raises :class:`~datareel.errors.StorageError` whatever the policy, tells no
-    handler and leaves the micro-batch unconsumed (``iter(loader)`` makes it again), and a shard truncated or
-    changed since ``prepare`` raises :class:`~datareel.BatchError`; ``num_workers``, ``prefetch_factor``,
-    ``pin_memory``, ``persistent_workers``, ``multiprocessing_context`` and ``timeout`` go to the
-    ``torch.utils.data.DataLoader`` and may change freely between save and restore, as may ``map_threads``:
-    threads per process making the samples (read, decode, ``encode_sample``) in order (docs/task-encoders.md).
+    Arguments (every option is a field of :class:`datareel.options.LoaderOptions`, this signature's one source):
+    ``dataset`` is a :class:`~datareel.Source` or blend (any other sequence is wrapped with
+    :func:`~datareel.from_sequence`); ``micro_batch_size`` (``m``) is what one rank reads per micro-step; ``seed``
+    keys the shuffle and every sample's randomness; ``task_encoder`` turns samples into batches
+    (:class:`~datareel.execute.encoder.TaskEncoder`: ``encode_sample``, ``batch``, ``encode_batch``, ...);
+    ``reseed_global_rng`` reseeds ``random`` / numpy / torch per sample as :func:`datareel.sample_rng` is keyed;
+    ``rank``/``world_size`` default to ``data_parallel_group``'s (or the default process group's) when
+    torch.distributed is initialised, else ``0``/``1``; ``shuffle`` is ``True`` (the full shuffle), ``False`` (the
+    reel in order; a numpy bool counts as the bool it holds) or a :class:`~datareel.BlockShuffle` instance (the
+    locality shuffle, docs/locality.md), and anything else (the class ``BlockShuffle`` itself, ``"block"``, a number
+    such as ``16`` or ``1``, ``None``) raises :class:`~datareel.errors.OptionError` naming the argument meant;
+    ``repeat`` (``False``: one pass) repeats the reel; ``packing`` plans packs from lengths
+    (:class:`~datareel.Packing`); ``stage`` plans encoder outputs or online packs per window
+    (:class:`~datareel.WindowedStage`, the default for a generator ``encode_sample``; or your own
+    :class:`~datareel.reel.Stage`, docs/stages.md); ``on_error`` (``"raise"`` / ``"substitute"``) handles a failing
+    sample, after ``error_handler`` (``(exception, key)``) if given (it may raise to stop) — only a failure of the
+    sample itself (its bytes, its decoding, the encoder on its content; :func:`datareel.errors.sample_failure`
+    decides): a failure of the machine or the store (an ``OSError`` with an errno such as EMFILE, EIO, ENOSPC or
+    EACCES, a refused or timed-out connection, a bucket's retries run out, a shard the index lists gone missing)
+    raises :class:`~datareel.errors.StorageError` whatever the policy, tells no handler and leaves the micro-batch
+    unconsumed (``iter(loader)`` makes it again), and a shard truncated or changed since ``prepare`` raises
+    :class:`~datareel.BatchError`; ``num_workers``, ``prefetch_factor``, ``pin_memory``, ``persistent_workers``,
+    ``multiprocessing_context`` and ``timeout`` go to the ``torch.utils.data.DataLoader`` and may change freely
+    between save and restore, as may ``map_threads``: threads per process making the samples (read, decode,
+    ``encode_sample``) in order (docs/task-encoders.md).
 
     Example::
 
@@ -64,33 +68,8 @@ class Loader:
         loader.load_state_dict(torch.load("loader.pt", weights_only=True))  # any world size / workers
     """
 
-    def __init__(
-        self,
-        dataset: Source | Blend | Any,
-        *,
-        global_batch_size: int | RampUp | Sequence[tuple[int, int]] | BatchSchedule,
-        micro_batch_size: int,
-        seed: int = 0,
-        shuffle: bool | BlockShuffle = True,
-        rank: int | None = None,
-        world_size: int | None = None,
-        num_workers: int = 0,
-        task_encoder: Any = None,
-        repeat: bool = True,
-        prefetch_factor: int | None = None,
-        pin_memory: bool = False,
-        persistent_workers: bool = False,
-        multiprocessing_context: Any = None,
-        timeout: float = 0.0,
-        data_parallel_group: Any = None,
-        packing: Packing | None = None,
-        stage: WindowedStage | Stage | None = None,
-        reseed_global_rng: bool = False,
-        on_error: str = "raise",
-        error_handler: Any = None,
-        map_threads: int = 0,
-    ):
-        p = assemble(**{name: value for name, value in locals().items() if name != "self"})  # every argument
+    def __init__(self, dataset: Source | Blend | Any, **options: Any):  # the options: datareel.options
+        p = assemble(dataset, LoaderOptions.of(options))
         self.dataset, self.seed, self.shuffle = p.dataset, p.run.recipe.seed, p.run.recipe.shuffle
         self.rank, self.group, self.repeat, self.workers = p.rank, p.group, p.repeat, p.workers
         self.plan, self.sources, self.packing = p.plan, p.sources, p.packing
@@ -161,3 +140,11 @@ class Loader:
 
     save_state_global, restore_state_global = dist.save_global, dist.restore_global  # collectives: see datareel.dist
     save_state_rank, restore_state_rank = state_dict, load_state_dict  # Energon's names for them
+
+
+Loader.__init__.__signature__ = signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("dataset", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Source | Blend | Any"),
+    ]
+)

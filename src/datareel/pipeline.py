@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import OptionError
 from .execute.batch import BatchMaker, ExecOptions
@@ -22,9 +21,10 @@ from .execute.encoder import ResolvedEncoder
 from .execute.planner import EncoderPlanner
 from .execute.threads import check_map_threads
 from .execute.workers import check_picklable
+from .options import LoaderOptions
 from .plan.locality import block_span, read_blocks
 from .plan.nodes import ReelPlan
-from .reel import Packing, Reel, Stage, StageContext, WindowedStage, WindowPlanner, check_options, make_reel
+from .reel import Reel, StageContext, WindowedStage, WindowPlanner, check_options, make_reel
 from .settings import check_environment
 from .sources.base import Source
 
@@ -37,26 +37,19 @@ class Pipeline:
     maker: BatchMaker
 
 
-def build(
-    plan: ReelPlan,
-    sources: list[Source],
-    *,
-    name: str,
-    seed: int,
-    repeat: bool,
-    task_encoder: Any,
-    packing: Packing | None,
-    stage: WindowedStage | Stage | None,
-    reseed_global_rng: bool,
-    on_error: str,
-    error_handler: Any,
-    num_workers: int,
-    multiprocessing_context: Any,
-    map_threads: int = 0,
-) -> Pipeline:
-    """The reel and batch maker for these options (refusing options that do not go together, and a bad
-    ``DATAREEL_*`` environment variable: :mod:`datareel.settings`), checked to pickle when they will be sent
-    to other processes."""
+def build(plan: ReelPlan, sources: list[Source], *, name: str, seed: int, options: LoaderOptions) -> Pipeline:
+    """The reel and batch maker for a loader's ``options`` (``seed``: the checked one; refusing options that do
+    not go together, and a bad ``DATAREEL_*`` environment variable: :mod:`datareel.settings`), checked to
+    pickle when they will be sent to other processes."""
+    o = options
+    task_encoder, packing, stage, repeat = o.task_encoder, o.packing, o.stage, bool(o.repeat)
+    reseed_global_rng, on_error, error_handler, map_threads = (
+        o.reseed_global_rng,
+        o.on_error,
+        o.error_handler,
+        o.map_threads,
+    )
+    num_workers, multiprocessing_context = o.num_workers, o.multiprocessing_context
     check_environment()  # read up front: the places that use them are hints, which must not fail a batch
     check_options(packing, stage)
     encoder = ResolvedEncoder(task_encoder, packing=packing, online=isinstance(stage, WindowedStage) and stage.pack)
