@@ -76,3 +76,18 @@ class Knapsack:
 
     def batch(self, packs):
         return {k: [p[k] for p in packs] for k in packs[0]}
+
+
+class Splitter:
+    """Yields 0, 1 or 2 outputs per input, how many drawn from the sample's seeded RNG (or fixed by id)."""
+
+    def __init__(self, fixed: dict | None = None):
+        self.fixed = fixed or {}
+
+    def encode_sample(self, sample):
+        n = self.fixed.get(sample["id"], int(datareel.sample_rng().integers(0, 3)))
+        for k in range(n):
+            yield {"id": sample["id"], "part": k, "noise": int(datareel.sample_rng().integers(0, 1000))}
+
+    def batch(self, samples):
+        return {k: [s[k] for s in samples] for k in samples[0]}

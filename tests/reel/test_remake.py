@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 import datareel
 from datareel import OptionError, Packing, WindowedStage
 from datareel.testing.rows import to_python
-from encoders import Knapsack, Packer
+from encoders import Knapsack, Packer, Splitter
 from profiles import examples
-from reel.test_windowed import Splitter
 
 
 def _docs(n):
