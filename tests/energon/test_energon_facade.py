@@ -437,9 +437,10 @@ def test_val_wrappers_refuse_what_they_cannot_honour(texts):
         den.LimitDataset(_val(texts), length=0)
     with pytest.raises(den.datasets.OptionError, match="wraps what"):
         den.LimitDataset([1, 2], length=3)
-    loader = den.get_loader(_val(texts))
-    with pytest.raises(den.datasets.OptionError, match="Megatron does not checkpoint val loaders"):
-        loader.save_state_rank()
+    loader = den.get_loader(_val(texts))  # a val loader in Energon's order saves its pass position (val_state)
+    assert loader.save_state_rank()["kind"] == "datareel.energon val"
+    with pytest.raises(den.datasets.OptionError, match="val loader in Energon's order"):
+        loader.global_batches()  # but it has no global batches
 
 
 def test_a_wrong_dataset_path_fails_where_it_is_given(texts, tmp_path):
