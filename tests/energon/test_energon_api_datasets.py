@@ -112,10 +112,11 @@ def test_cache_pool_is_the_encoders_cache_and_unknown_arguments_are_refused(capt
         den.get_loader(ds, watchdog_timeout_seconds=0)
 
 
-def test_blend_and_mix_batch_datasets_are_refused_naming_the_guarantee(captions):  # noqa: F811
+def test_blend_and_mix_batch_datasets_make_elastic_loaders(captions):  # noqa: F811
+    """Batch-granular blends have their own loader (tests/energon/test_batch_blend.py tests it in full)."""
     wc = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
     a = den.get_train_dataset(str(captions), worker_config=wc, batch_size=2)
-    with pytest.raises(OptionError, match="BlendDataset blends whole batches .* elastic guarantee"):
-        den.BlendDataset((a, 1), (a, 2), worker_config=wc)
-    with pytest.raises(OptionError, match="MixBatchDataset .* elastic guarantee"):
-        den.MixBatchDataset((a, 1), (a, 2), batch_size=4, worker_config=wc)
+    blend = den.get_loader(den.BlendDataset((a, 1), (a, 2), worker_config=wc), watchdog_timeout_seconds=None)
+    assert len(next(iter(blend)).__key__) == 2 and blend.save_state_rank()["unit"] == 1
+    mixed = den.get_loader(den.MixBatchDataset((a, 1), (a, 2), batch_size=4, worker_config=wc))
+    assert [len(b.__key__) for b in next(iter(mixed))] == [2, 2, 2, 2]

@@ -15,6 +15,7 @@ from ..blend.open import open_dataset
 from ..blend.tree import Blend, Concat
 from ..errors import INT64_LIMIT, OptionError, check_int
 from ..sources.base import Source
+from .batch_blend_spec import BatchBlendSpec
 from .decoding import decoding_options
 from .foreign import as_worker_config
 from .loader import EnergonLoader
@@ -227,13 +228,17 @@ def get_loader(
 
 def _loader(
     dataset: Any, config: Any, prefetch: Any, agree: bool, kwargs: dict[str, Any], where: str, gc_every: int
-) -> EnergonLoader:
+) -> Any:
     from .wrappers.base import as_spec  # the dataset-level API's values become specs
 
     options, cache_pool = LoaderOptions.of(dict(kwargs), where, gc_every)
     if prefetch is not None:
         check_int(prefetch, "prefetch_factor", minimum=1, where=where)
     dataset, options = as_spec(dataset, options, where)
+    if isinstance(dataset, BatchBlendSpec):  # BlendDataset / MixBatchDataset: a loader per child (.batch_blend)
+        from .batch_blend import blend_loader
+
+        return blend_loader(dataset, config, prefetch, agree, options, cache_pool, where)
     if cache_pool is not None:
         dataset = replace(dataset, cache_pool=cache_pool)
     config = as_worker_config(config, where) or dataset.worker_config

@@ -14,6 +14,15 @@ __all__ = ["BasicDataLoader", "SavableDataLoader"]
 class SavableDataLoader(EnergonLoader):
     """``SavableDataLoader(dataset, worker_config=..., ...)``: what ``get_savable_loader`` returns."""
 
+    def __new__(cls, dataset: Any = None, **kwargs: Any) -> Any:
+        """A ``BlendDataset`` / ``MixBatchDataset`` gets its own loader (:mod:`.batch_blend`), not this class."""
+        from .batch_blend_spec import BatchBlendSpec
+
+        if isinstance(dataset, BatchBlendSpec):
+            config, prefetch = kwargs.pop("worker_config", None), kwargs.pop("prefetch_factor", 2)
+            return _loader(dataset, config, prefetch, True, kwargs, cls.__name__, cls._gc_every)
+        return super().__new__(cls)
+
     def __init__(self, dataset: Any, *, worker_config: Any = None, prefetch_factor: int | None = 2, **kwargs: Any):
         made = _loader(dataset, worker_config, prefetch_factor, True, kwargs, type(self).__name__, self._gc_every)
         self.__dict__.update(made.__dict__)

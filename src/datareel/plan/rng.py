@@ -21,6 +21,7 @@ DOMAIN_PACK = 0x7061636B  # "pack"
 DOMAIN_SUBSTITUTE = 0x73756273  # "subs"
 DOMAIN_POST = 0x706F7374  # "post": postencode_sample of one output of a windowed stage
 DOMAIN_SELECT = 0x73656C63  # "selc": select_samples_to_pack of one window
+DOMAIN_BATCH_BLEND = 0x62626C64  # "bbld": the order of one block of a batch-granular blend (plan.batch_blend)
 
 
 def name_key(name: str) -> int:

@@ -1,5 +1,7 @@
 """Energon's ``megatron.energon.wrappers``: the dataset-level API, each wrapper compiled into the facade's
-``DatasetSpec`` (elastic, like every datareel loader) or refused naming the guarantee it would break."""
+``DatasetSpec`` (elastic, like every datareel loader), a batch-granular blend with its own elastic loader
+(``BlendDataset``, ``MixBatchDataset``: :mod:`datareel.energon.batch_blend`), or refused naming the guarantee it
+would break."""
 
 from ..datasets import LimitDataset, RepeatDataset
 from .batch_dataset import BatchDataset

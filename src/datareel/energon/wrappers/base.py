@@ -77,7 +77,8 @@ def spec_of(dataset: Any, where: str) -> DatasetSpec:
 
 
 def as_spec(dataset: Any, options: Any, where: str) -> tuple[DatasetSpec, Any]:
-    """-> (the spec a loader runs, its options): a ``WatchdogDataset`` gives its timeouts to the options."""
+    """-> (the spec a loader runs, or a ``BlendDataset`` / ``MixBatchDataset``, and its options): a
+    ``WatchdogDataset`` gives its timeouts to the options."""
     from .watchdog_dataset import WatchdogDataset
 
     if isinstance(dataset, WatchdogDataset):
@@ -88,4 +89,6 @@ def as_spec(dataset: Any, options: Any, where: str) -> tuple[DatasetSpec, Any]:
             fail_on_timeout=dataset.fail_on_timeout,
         )
         dataset = dataset.dataset
-    return spec_of(dataset, where), options
+    from ..batch_blend_spec import BatchBlendSpec  # a batch-granular blend: its own loader (..batch_blend)
+
+    return (dataset if isinstance(dataset, BatchBlendSpec) else spec_of(dataset, where)), options

@@ -1,27 +1,26 @@
-"""Energon's ``BlendDataset``: refused, naming why (batches of separately batched datasets, drawn at random).
+"""Energon's ``BlendDataset``: each batch drawn from one of several separately batched datasets, by weight --
+elastic in the facade.
 
-Energon draws each *batch* from one of its datasets, each batched on its own (even with different batch
-sizes), by a random generator per worker.  A datareel global batch is ``G`` samples of one reel at fixed
-positions, which is what lets a checkpoint restore on any world size: a reel of whole batches of varying
-sizes has no such positions.  Blend the datasets before batching, elastically: a metadataset with
-``blend`` weights, or ``datareel.mix``, read by one ``get_train_dataset``.
+Energon draws the dataset of each batch with a random generator per worker.  The facade draws the dataset of
+each *unit* (one global batch of a child) with a keyed function of the unit's index and the seed
+(:mod:`datareel.plan.batch_blend`: exact shares per block), the same on every rank, so each child's own loader
+advances in lockstep on all ranks and the blend's state (the unit index and each child's state) restores on any
+topology the children accept (:mod:`datareel.energon.batch_blend`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...errors import OptionError
+from ..batch_blend_spec import BatchBlendSpec
 
 
-class BlendDataset:
-    """Refused: see the module docstring."""
+class BlendDataset(BatchBlendSpec):
+    """``BlendDataset((get_train_dataset(..., batch_size=10), 2), (get_train_dataset(..., batch_size=20), 8),
+    worker_config=...)``: batches of the first dataset 20% of the time, of the second 80%; each batch is one
+    dataset's, made by its own task encoder.  Load it with ``get_loader`` / ``get_savable_loader``."""
 
-    def __init__(self, *dataset_weights: Any, worker_config: Any = None):
-        sizes = sorted({getattr(d, "batch_size", None) for d, *_ in dataset_weights}, key=str)
-        raise OptionError(
-            f"BlendDataset blends whole batches of {len(dataset_weights)} separately batched datasets (batch sizes "
-            f"{sizes}) at random per worker, so its batches have no fixed reel positions and a checkpoint could not "
-            f"restore on another topology (datareel's elastic guarantee). Blend the samples before batching: a "
-            f"metadataset with blend weights, or datareel.mix([(dataset, weight), ...]), in one get_train_dataset"
-        )
+    kind = "BlendDataset"
+
+    def __init__(self, *dataset_weights: Any, worker_config: Any):
+        super().__init__(dataset_weights, worker_config)

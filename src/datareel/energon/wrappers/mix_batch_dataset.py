@@ -1,5 +1,5 @@
-"""Energon's ``MixBatchDataset`` (refused, naming why) and its batch mixers ``generic_concat``,
-``concat_pad`` and ``homogeneous_concat_mix`` (Energon's behaviour)."""
+"""Energon's ``MixBatchDataset`` (elastic: :mod:`datareel.energon.batch_blend`) and its batch mixers
+``generic_concat``, ``concat_pad`` and ``homogeneous_concat_mix`` (Energon's behaviour)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ...errors import OptionError
+from ..batch_blend_spec import BatchBlendSpec
 
 
 def concat_pad(batch: list[Any]) -> Any:
@@ -48,15 +49,15 @@ def homogeneous_concat_mix(samples: list[Any]) -> Any:
     return generic_concat(samples)
 
 
-class MixBatchDataset:
-    """Refused: each dataset runs its own task encoder and Energon draws which one fills each slot of a batch at
-    random per worker; datareel runs one task encoder per loader over one reel."""
+class MixBatchDataset(BatchBlendSpec):
+    """``MixBatchDataset((ds_a, w_a), (ds_b, w_b), batch_size=10, batch_mix_fn=homogeneous_concat_mix,
+    worker_config=...)``: each batch is ``batch_size`` slots, each slot one batch of one dataset (give them
+    ``batch_size=1``: a slot is then one sample), drawn by weight, then ``batch_mix_fn(slots)`` (default: the
+    list of the slots).  ``batch_mix_fn`` may raise ``SkipSample`` to leave a batch out; another exception is
+    given to the worker config's ``global_error_handler`` (Energon's), which skips the batch if it returns.
+    Elastic as :class:`~datareel.energon.wrappers.blend_dataset.BlendDataset` (:mod:`datareel.energon.batch_blend`)."""
 
-    def __init__(self, *dataset_weights: Any, batch_size: int, batch_mix_fn: Any = None, worker_config: Any = None):
-        raise OptionError(
-            f"MixBatchDataset mixes the batches of {len(dataset_weights)} datasets, each with its own task encoder, "
-            f"drawn at random per worker, so the mixed batches have no fixed reel positions and a checkpoint could "
-            f"not restore on another topology (datareel's elastic guarantee). Mix the samples in one reel instead "
-            f"(a metadataset with blend weights, or datareel.mix) with one task encoder that dispatches on the "
-            f"sample (its __subflavors__ say which dataset it came from) and batch_size={batch_size}"
-        )
+    kind = "MixBatchDataset"
+
+    def __init__(self, *dataset_weights: Any, batch_size: int, batch_mix_fn: Any = None, worker_config: Any):
+        super().__init__(dataset_weights, worker_config, batch_size, batch_mix_fn)
