@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -165,20 +162,6 @@ def test_mixing_fills_each_slot_from_one_dataset(texts, homogeneous):
         for source in slots:
             sources[source] += 1
     assert sources == {0: 40, 1: 160}
-
-
-ENERGON_TESTS = os.environ.get("DATAREEL_ENERGON_TESTS")  # an Energon 7.4.0 checkout's tests/ folder
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not ENERGON_TESTS, reason="set DATAREEL_ENERGON_TESTS to an Energon checkout's tests/ (4 min)")
-def test_energons_own_blend_and_mix_tests_pass_through_the_renaming_shim():
-    tests = Path(ENERGON_TESTS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tools" / "energon_suite"), str(tests.parent)])}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "datareel_energon_shim", "-p", "no:cacheprovider"]
-    cmd += ["tests/test_dataset.py", "-k", "blending or mixing"]
-    proc = subprocess.run(cmd, cwd=tests.parent, env=env, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0 and "3 passed" in proc.stdout, proc.stdout[-3000:]
 
 
 # -- (2) beside megatron.energon on the same data ---------------------------------------------------------------
