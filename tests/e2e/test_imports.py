@@ -1,13 +1,16 @@
 """No import cycle in ``src/datareel``: a walk of every module's imports with ``ast``, nothing imported.
 
-An edge ``a -> b`` is an import of module ``b`` of the package that ``a`` makes when it is imported: at
-module level, inside module-level ``if`` / ``try`` / ``with`` blocks and class bodies, and under
-``if TYPE_CHECKING:`` too (a cycle there is still two modules that need each other, and it breaks as
-soon as someone drops the guard).  Imports inside a function body are excluded: they run when the
-function is called (the deliberate lazy imports, such as ``datareel.__getattr__``'s).  ``from pkg
-import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``.  Importing ``a.b.c``
-is also an edge to the packages ``a`` and ``a.b`` (Python runs their ``__init__`` first, and one that
-imports back makes a cycle), except the importer's own packages, which are already being imported.
+An edge ``a -> b`` is an import of module ``b`` of the package that ``a`` makes: at module level, inside
+module-level ``if`` / ``try`` / ``with`` blocks and class bodies, under ``if TYPE_CHECKING:`` too (a cycle
+there is still two modules that need each other, and it breaks as soon as someone drops the guard), and
+inside function bodies (a deferred import that closes a cycle hides it until the function is called, and
+hides a dependency from the reader: two modules that need each other are one module split in two).  An
+optional third-party dependency may still be imported inside a function; the walk counts only datareel's
+own modules.  ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``.
+Importing ``a.b.c`` is also an edge to the packages ``a`` and ``a.b`` (Python runs their ``__init__``
+first, and one that imports back makes a cycle), except the importer's own packages, which are already
+being imported.  ``tests/e2e/test_layers.py`` checks the same edges against the layers of
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import subprocess
 import sys
 from collections import deque
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -36,24 +40,38 @@ def module_names(root: Path) -> dict[str, Path]:
     return names
 
 
-def import_graph(root: Path) -> dict[str, dict[str, int]]:
-    """``{module: {imported module: line of the first such import}}`` within the package at ``root``."""
+class Import(NamedTuple):
+    """Where module ``a`` imports ``b``: the line, and whether the import runs in a function body (deferred)."""
+
+    line: int
+    deferred: bool = False
+
+    def __str__(self) -> str:
+        return f"line {self.line}" + (", in a function" if self.deferred else "")
+
+
+Graph = dict[str, dict[str, Import]]
+
+
+def module_imports(root: Path) -> dict[str, list[tuple[str, Import]]]:
+    """``{module: [(imported module, import), ...]}`` within the package at ``root``: every import statement,
+    in the order of the file (an import of ``a.b.c`` gives ``a.b`` and ``a.b.c``: see the module doc)."""
     modules = module_names(root)
-    graph: dict[str, dict[str, int]] = {}
+    found: dict[str, list[tuple[str, Import]]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        edges: dict[str, int] = {}
+        edges: list[tuple[str, Import]] = []
 
-        def add(target: str, line: int, edges: dict[str, int] = edges, name: str = name) -> None:
+        def add(target: str, where: Import, edges: list[tuple[str, Import]] = edges, name: str = name) -> None:
             # importing a.b.c first runs a/__init__ and a/b/__init__: edges to those packages too, except the
             # importer's own packages (already being imported when it runs, so Python does not run them again)
             parts = target.split(".")
             for cut in range(1, len(parts) + 1):
                 step = ".".join(parts[:cut])
                 if step in modules and step != name and not name.startswith(step + "."):
-                    edges.setdefault(step, line)
+                    edges.append((step, where))
 
-        def walk(body: list[ast.stmt], package: str = package, add=add) -> None:
+        def walk(body: list[ast.stmt], deferred: bool, package: str = package, add=add) -> None:
             for node in body:
                 if isinstance(node, ast.Import):
                     for alias in node.names:
@@ -61,7 +79,7 @@ def import_graph(root: Path) -> dict[str, dict[str, int]]:
                         while target and target not in modules:  # `import a.b.c` of a module inside the package
                             target = target.rpartition(".")[0]
                         if target:
-                            add(target, node.lineno)
+                            add(target, Import(node.lineno, deferred))
                 elif isinstance(node, ast.ImportFrom):
                     if node.level:
                         base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
@@ -70,23 +88,35 @@ def import_graph(root: Path) -> dict[str, dict[str, int]]:
                         source = node.module or ""
                     for alias in node.names:
                         if f"{source}.{alias.name}" in modules:
-                            add(f"{source}.{alias.name}", node.lineno)
+                            add(f"{source}.{alias.name}", Import(node.lineno, deferred))
                         elif source in modules:
-                            add(source, node.lineno)
+                            add(source, Import(node.lineno, deferred))
                 elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    continue  # runs when called, not when the module is imported
-                else:  # if (TYPE_CHECKING too), try/except/else/finally, with, class bodies, ...
+                    walk(node.body, True)  # runs when called: deferred, and counted all the same
+                else:  # if (TYPE_CHECKING too), try/except/else/finally, with, match, class bodies, ...
                     for field in ("body", "orelse", "finalbody"):
-                        walk(getattr(node, field, None) or [])
-                    for handler in getattr(node, "handlers", None) or []:
-                        walk(handler.body)
+                        walk(getattr(node, field, None) or [], deferred)
+                    for inner in (getattr(node, "handlers", None) or []) + (getattr(node, "cases", None) or []):
+                        walk(inner.body, deferred)
 
-        walk(ast.parse(path.read_text(), str(path)).body)
-        graph[name] = edges
+        walk(ast.parse(path.read_text(), str(path)).body, False)
+        found[name] = edges
+    return found
+
+
+def import_graph(root: Path) -> Graph:
+    """``{module: {imported module: its first import}}`` within the package at ``root``: a module-level
+    import before a deferred one of the same module, then the first line."""
+    graph: Graph = {}
+    for name, edges in module_imports(root).items():
+        first: dict[str, Import] = {}
+        for target, where in sorted(edges, key=lambda edge: (edge[1].deferred, edge[1].line)):
+            first.setdefault(target, where)
+        graph[name] = first
     return graph
 
 
-def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+def strongly_connected(graph: Graph) -> list[list[str]]:
     """The components of ``graph`` with more than one module (Tarjan's algorithm, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -128,7 +158,7 @@ def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
-def one_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> str:
+def one_cycle(graph: Graph, component: list[str]) -> str:
     """A shortest cycle through the first module of ``component``, each import with its line, and the
     component's other modules when there are more."""
     first, members = component[0], set(component)
@@ -142,7 +172,7 @@ def one_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> str:
                 while hops[-1] != first:
                     hops.append(came_from[hops[-1]])
                 hops = [*reversed(hops), first]
-                text = " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(hops, hops[1:])) + f" -> {first}"
+                text = " -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(hops, hops[1:])) + f" -> {first}"
                 rest = sorted(members - set(hops))
                 return text + (f" (and in the same knot: {', '.join(rest)})" if rest else "")
             if target in members and target not in came_from:
@@ -159,6 +189,29 @@ def cycles(root: Path) -> list[str]:
 def test_no_import_cycle_in_src():
     found = cycles(SRC)
     assert not found, "import cycles (module (line of its import) -> ...):\n  " + "\n  ".join(found)
+
+
+def test_the_walk_counts_imports_in_function_bodies(tmp_path):
+    """A deferred import (in a function, a method, a nested function, under ``try`` in a function) closes a
+    cycle like any other (as ``storage.registry`` -> ``storage.remote`` -> ``storage.registry`` once did),
+    and the cycle names it as deferred; a module-level import of the same module is the one named."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "registry.py").write_text("def remote():\n    from .remote import R\n\n    return R\n")
+    (pkg / "remote.py").write_text("from .registry import remote\nR = 1\n")
+    (pkg / "joined.py").write_text(
+        "class J:\n    def join(self):\n        def inner():\n            try:\n"
+        "                from . import typed\n            except ImportError:\n                pass\n"
+    )
+    (pkg / "typed.py").write_text("def base():\n    from .joined import J\n\n    return J\n")
+    (pkg / "both.py").write_text("def f():\n    from . import other\n\n\nfrom . import other\n")
+    (pkg / "other.py").write_text("def g():\n    from . import both\n")
+    assert cycles(pkg) == [
+        "pkg.both (line 5) -> pkg.other (line 2, in a function) -> pkg.both",
+        "pkg.joined (line 5, in a function) -> pkg.typed (line 2, in a function) -> pkg.joined",
+        "pkg.registry (line 2, in a function) -> pkg.remote (line 1) -> pkg.registry",
+    ]
 
 
 def test_the_walk_finds_a_cycle_and_names_it(tmp_path):

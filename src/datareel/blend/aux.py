@@ -8,7 +8,7 @@
           fs_source: filesystem://.    # files under a directory, by relative path
           media: filesystem+msc://profile/bucket/dir
 
-:func:`attach_aux` gives the leaf's source the stores (:mod:`datareel.energon.cache`): each sample it
+:func:`attach_aux` gives the leaf's source the stores (:mod:`.stores`): each sample it
 reads carries them (under ``__aux__``, with the store of its own dataset as the primary one) and a
 :class:`~datareel.sources.source_info.SourceInfo` of its own read in ``__sources__``.  A cooker takes
 them as keyword arguments by name (:func:`datareel.energon.task_encoder.cooking.bind_cookers`) and reads
@@ -25,8 +25,9 @@ import numpy as np
 
 from ..errors import DatasetError, OptionError
 from ..sources.base import MappedSource, Source
-from ..sources.source_info import SourceInfo
+from ..sources.source_info import SourceInfo, dataset_path
 from ..storage import join
+from .stores import JsonlFileStore, SystemFileStore, WebdatasetFileStore
 
 __all__ = ["AUX_KEY", "AuxContext", "AuxSource", "attach_aux", "open_store"]
 
@@ -38,8 +39,6 @@ def open_store(path: str, base_dir: Any) -> Any:
     """The file store an ``aux`` entry names, relative paths resolved against ``base_dir`` (the
     metadataset's directory, local or a URL): ``filesystem://DIR`` (or ``filesystem+msc://...``) is files
     under a directory; any other path is a prepared dataset (a WebDataset directory, a ``.jsonl``)."""
-    from ..energon.cache.file_store import JsonlFileStore, SystemFileStore, WebdatasetFileStore
-
     if not isinstance(path, str) or not path:
         raise OptionError(f"aux entry {path!r} must be a path: a prepared dataset or filesystem://DIR")
     base = str(base_dir)
@@ -95,8 +94,6 @@ class AuxSource(MappedSource):
         root = getattr(_innermost(base, 0)[0], "root", None) if len(base) else None
         primary = None
         if root is not None:
-            from ..energon.cache.file_store import WebdatasetFileStore
-
             primary = WebdatasetFileStore(str(root))
         self.context = AuxContext(dict(stores), primary)
 
@@ -143,13 +140,11 @@ def primary_info(source: Source, index: int, sample: Mapping[str, Any]) -> Sourc
     inner, local_index = _innermost(source, index)
     if not hasattr(inner, "locate") or not hasattr(inner, "shards"):
         return None
-    from ..energon.cache.file_store import epath
-
     shard, local = inner.locate(local_index)
     key = sample.get("__key__", "")
     parts = tuple(f"{key}.{part}" for part in sample if not (part.startswith("__") and part.endswith("__")))
     return SourceInfo(
-        dataset_path=epath(str(inner.root)),
+        dataset_path=dataset_path(inner.root),
         index=int(inner.starts[shard]) + local,
         shard_name=str(inner.shards[shard]),
         file_names=parts,

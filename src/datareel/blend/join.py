@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import DatasetError
 from ..formats.join import NONMATCH, Column, JoinIndex, clashes, energon_index_path, index_path, prepare_join
 from ..formats.metafiles import check_keys, load_file
+from .metadataset_rules import beside
 
 JOIN_KEYS = ("join", "joiner", "split_part", "subflavors", "shuffle_over_epochs_multiplier", "subset")
 """Keys of a join node (besides its ``weight`` / ``repetitions`` in a blend)."""
@@ -89,11 +90,9 @@ def join_items(node: dict, yaml_path: Path, where: str) -> tuple[list[tuple[str 
 def columns_of(node: dict, yaml_path: Path, split: str, where: str) -> list[Column]:
     """The joined datasets of ``node`` as prepare reads them (split: the entry's, the join's, else ``split``)."""
     pairs, _ = join_items(node, yaml_path, where)
-    from .metadataset import _beside
-
     out = []
     for _, item in pairs:
-        target = _beside(yaml_path, item["path"])
+        target = beside(yaml_path, item["path"])
         if not isinstance(target, Path):
             raise DatasetError(
                 f"{yaml_path}: {where}: joined dataset {item['path']!r} is not a local directory; datareel joins "
@@ -209,8 +208,7 @@ def named_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = None
 
 def resolve_joiner(spec: Any, where: str, joiners: Mapping[str, Any] | None = None) -> tuple[Callable[..., Any], str]:
     """The joiner a YAML names -> (callable, ``"module.name"``); see the module doc."""
-    from ..sources.joined import sample_joiner
-    from ..sources.typed import Sample
+    from ..sources.typed import Sample, sample_joiner
 
     obj, label = named_joiner(spec, where, joiners)
     if isinstance(obj, type) and issubclass(obj, Sample):

@@ -35,7 +35,6 @@ from ..plan.over_epochs import check_multiplier, combine
 from ..sources.base import Source
 from ..sources.joined import JoinedSource
 from ..sources.view import SourceView
-from ..storage import join
 from ..storage.path import as_path
 from .aux import attach_aux
 from .join import open_join
@@ -45,6 +44,7 @@ from .metadataset_rules import REFUSED as REFUSED
 from .metadataset_rules import (
     ROOT_KEYS,
     apply_range,
+    beside,
     check_entry_keys,
     check_weight_keys,
     entry_number,
@@ -156,7 +156,7 @@ class _Builder:
             if not isinstance(node, dict):
                 return 1
             if isinstance(node.get("path"), str) and METADATASET.detect(Path(node["path"])):
-                target = _beside(path, node["path"]).resolve()
+                target = beside(path, node["path"]).resolve()
                 inner = node.get("split_part", split)
                 return 1 + (self.count(target, inner, stack + (path,), memo) if isinstance(inner, str) else 0)
             items = node.get("blend", node.get("blend_epochized"))
@@ -245,7 +245,7 @@ class _Builder:
             value = node.get(key, "-")
             if not isinstance(value, str) or not value:
                 raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a non-empty string")
-        target = _beside(yaml_path, node["path"])
+        target = beside(yaml_path, node["path"])
         split = node.get("split_part", ctx.split)
         entry = f"{yaml_path}: {where}.path={node['path']!r}"
         kind = format_of(target)  # the first of datareel.formats.FORMATS that detects it
@@ -304,7 +304,7 @@ class _Builder:
         from ..formats import WEBDATASET
 
         def open_item(item: dict, split: str, subflavors: dict) -> Any:
-            target = _beside(yaml_path, item["path"])
+            target = beside(yaml_path, item["path"])
             try:
                 return WEBDATASET.open(
                     target,
@@ -355,12 +355,6 @@ def _in_entry(exc: DatasetError, entry: str) -> DatasetError:
         return type(exc)(message)
     except TypeError:
         return DatasetError(message)
-
-
-def _beside(yaml_path: Any, path: str) -> Any:
-    """``path`` from a metadataset at ``yaml_path``: relative to its directory (local or a URL); a URL or
-    an absolute local path as it is, so local and remote datasets mix in one file."""
-    return as_path(join(str(yaml_path.parent), path))
 
 
 __all__ = ["Blend", "Concat", "EpochizedMix", "Mix", "load_metadataset"]

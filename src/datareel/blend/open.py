@@ -12,6 +12,7 @@ from ..plan.over_epochs import check_multiplier
 from ..sources.base import Source
 from ..sources.view import SourceView
 from ..storage.path import as_path
+from .metadataset import load_metadataset
 
 if TYPE_CHECKING:
     from .tree import Blend
@@ -62,7 +63,10 @@ def open_dataset(
     p = as_path(path)
     found = format_of(p)  # the first of datareel.formats.FORMATS that detects p
     extra = {"shuffle_over_epochs_multiplier": multiplier} if found is METADATASET and multiplier != 1 else {}
-    dataset = found.open(
+    opener = _open_metadataset if found is METADATASET else found.open
+    if opener is None:  # register_format refuses one; a format put into FORMATS by hand may have none
+        raise OptionError(f"{p} is a {found.name!r} dataset, and that format has no open(path, ...) to open it")
+    dataset = opener(
         p,
         split=split,
         image_decode=image_decode,
@@ -89,3 +93,26 @@ def _trust(value: Any) -> bool:
     if not isinstance(value, bool):
         raise OptionError(f"trust_dataset_code={value!r} must be True (run a dataset.yaml's sample_loader.py) or False")
     return value
+
+
+def _open_metadataset(
+    path: Any,
+    *,
+    split: str,
+    image_decode: str | None,
+    decode: bool | str,
+    trust_dataset_code: bool,
+    shuffle_over_epochs_multiplier: int | None = 1,
+    **ignored: Any,
+) -> Source | Blend:
+    """Split ``split`` of the metadataset at ``path`` as a blend. Its entries name their own splits, configs and
+    subflavors: ``subflavors``, ``name``, ``split_config`` and ``dataset_config`` do not apply (as ever);
+    ``shuffle_over_epochs_multiplier`` multiplies each dataset's own."""
+    return load_metadataset(
+        path,
+        split=split,
+        image_decode=image_decode,
+        decode=decode,
+        shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
+        trust_dataset_code=trust_dataset_code,
+    )

@@ -7,7 +7,10 @@ megatron.energon's objects.  Each reader here takes the facade's own object or o
 the attributes megatron.energon 7.4.1 gives it (its ``SampleDecoder.config()``, its ``WorkerConfig`` fields,
 its ``EPath``'s ``url``; its task encoders' ``cache`` / ``current_*_index`` answered by :func:`adopt_encoder`),
 and refuses by name, with the fix, what the facade cannot honour: a decoder with its own decoding code, and
-megatron.energon's savable-loader states (:func:`refuse_energon_state`).
+megatron.energon's savable-loader states (:func:`refuse_energon_state`).  The decoder's readers
+(:func:`as_sample_decoder`, :func:`user_decoder`) live beside ``SampleDecoder``
+(:mod:`.flavors.webdataset.sample_decoder`), an ``EPath``'s (:func:`path_url`) beside ``EPath``
+(:mod:`datareel.storage.epath`); both are importable here too.
 
 Sample and batch dataclasses, ``@stateless`` markers (``__stateless__``, and the seed wrapper of
 ``restore_seeds=True``, unwrapped by :class:`datareel.execute.encoder.ResolvedEncoder`), cookers
@@ -21,84 +24,14 @@ import dataclasses
 from typing import Any
 
 from ..errors import ForeignStateError, OptionError
+from ..storage.epath import path_url as path_url
+from .flavors.webdataset.sample_decoder import DECODER_CONFIG as DECODER_CONFIG
+from .flavors.webdataset.sample_decoder import as_sample_decoder as as_sample_decoder
+from .flavors.webdataset.sample_decoder import user_decoder as user_decoder
 
 __all__ = ["adopt_encoder", "as_sample_decoder", "as_worker_config", "path_url", "refuse_energon_state", "user_decoder"]
 
-DECODER_CONFIG = ("image_decode", "av_decode", "video_decode_audio", "guess_content")
-"""The keys of ``SampleDecoder.config()`` (megatron.energon's and the facade's)."""
 _ENERGON = "megatron.energon"
-_FACADE = "datareel.energon"
-
-
-def as_sample_decoder(decoder: Any, where: str = "task_encoder.decoder") -> Any:
-    """The facade's :class:`~datareel.energon.flavors.webdataset.sample_decoder.SampleDecoder` for ``decoder``:
-    ``None`` stays ``None`` (raw bytes); the facade's own is returned as it is; any other object whose
-    ``config()`` is a ``SampleDecoder`` configuration (megatron.energon's ``SampleDecoder``, or one that behaves
-    as it) becomes the facade's decoder of that configuration.  A decoder with decoding code of its own (a
-    ``decode`` / ``__call__`` not from a ``SampleDecoder`` of either library), or without such a configuration,
-    is refused by name: datareel's readers decode the parts themselves."""
-    from .flavors.webdataset.sample_decoder import SampleDecoder
-
-    if decoder is None or isinstance(decoder, SampleDecoder):
-        return decoder
-    read = getattr(decoder, "config", None)
-    config = read() if callable(read) else None
-    if not (isinstance(config, dict) and "image_decode" in config and set(config) <= set(DECODER_CONFIG)):
-        raise OptionError(
-            f"{where}={decoder!r}: datareel decodes parts with a SampleDecoder (datareel.energon's or "
-            f"megatron.energon's: one whose config() gives {list(DECODER_CONFIG)}), or None for raw bytes; decode "
-            f"in a cooker or encode_sample instead"
-        )
-    own = [name for name in ("decode", "__call__") if not _library_defined(type(decoder), name)]
-    if own:
-        raise OptionError(
-            f"{where}={decoder!r}: {type(decoder).__name__} defines its own {' and '.join(own)}, which datareel's "
-            f"readers cannot run (they decode parts by the configuration {config}); use SampleDecoder("
-            f"{', '.join(f'{k}={v!r}' for k, v in config.items())}) and decode the rest in a cooker or "
-            f"encode_sample"
-        )
-    return SampleDecoder(**config)
-
-
-def _library_defined(cls: type, name: str) -> bool:
-    """Whether ``cls``'s ``name`` comes from megatron.energon or the facade (not from the user's subclass)."""
-    for base in cls.__mro__:
-        if name in vars(base):
-            return base.__module__.startswith((_ENERGON, _FACADE))
-    return False
-
-
-def user_decoder(task_encoder: Any, missing: Any) -> Any:
-    """The ``decoder`` the user gave ``task_encoder`` (on the instance, or a class of theirs); ``missing`` when it
-    has none, or only megatron.energon's class default (``TaskEncoder.decoder = SampleDecoder()``), which
-    megatron.energon replaces by the ``image_decode=`` of ``get_train_dataset`` as datareel's readers do.  An
-    ``AugmentTaskEncoder`` answers for the encoder it wraps."""
-    if task_encoder is None:
-        return missing
-    if "decoder" in getattr(task_encoder, "__dict__", {}):
-        return task_encoder.__dict__["decoder"]
-    for cls in type(task_encoder).__mro__:
-        if "decoder" in vars(cls):
-            value = vars(cls)["decoder"]
-            inner = getattr(task_encoder, "_task_encoder", None)
-            if isinstance(value, property) and inner is not None:
-                return user_decoder(inner, missing)  # an AugmentTaskEncoder forwards its decoder
-            if cls.__module__.startswith(_ENERGON):
-                return missing
-            return task_encoder.decoder
-    return missing
-
-
-def path_url(path: Any, refusal: str) -> str:
-    """The URL of megatron.energon's ``EPath`` (its ``url``: a local path, ``msc://PROFILE/...`` or ``dss://...``),
-    which the facade's ``EPath`` reads as it reads a string; anything else raises ``DatasetError(refusal)``."""
-    url = getattr(path, "url", None)
-    if isinstance(url, str) and hasattr(path, "internal_path") and hasattr(path, "profile"):
-        return url
-    from ..errors import DatasetError
-
-    raise DatasetError(refusal)
-
 
 _PROPERTIES = ("cache", "current_batch_index", "current_sample_index")
 _ADOPTED: dict[type, type] = {}

@@ -35,6 +35,7 @@ from ..reel import WindowedStage
 from ..sources.base import Source
 from .adopt.facade import energon_ranks, energon_states, setup_of
 from .adopt.remainder import adopt
+from .encoder_stamp import stamp
 from .grouping import WINDOW, Grouped, groups_batches
 from .loader_args import LoaderOptions
 from .loader_restore import SampleRestorer
@@ -46,7 +47,6 @@ from .states import batch_size_mismatch, gather_restored, one_state, state_to_ad
 from .stream import LoaderStream, one_pass
 from .task_encoder.base import DefaultTaskEncoder
 from .task_encoder.cooking import bind_cookers
-from .task_encoder.position import stamp
 from .unbatched import Group, Unbatched
 from .val import ValPlan
 from .val_state import restore_val, this_rank_val, val_state, val_states

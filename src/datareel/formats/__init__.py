@@ -41,6 +41,8 @@ def register_format(found: Format, *, before: str = WEBDATASET.name) -> None:
 
     if not isinstance(found, Format):
         raise OptionError(f"register_format takes a datareel.formats.Format, got {type(found).__name__}")
+    if not callable(found.open):
+        raise OptionError(f"format {found.name!r} has no open(path, ...): a registered format opens its datasets")
     kept = [f for f in FORMATS if f.name != found.name]
     names = [f.name for f in kept]
     if before not in names:  # checked before anything changes: a refused call leaves FORMATS as it was

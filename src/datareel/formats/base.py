@@ -24,7 +24,9 @@ class Format:
     - ``detect(path) -> bool``: whether ``path`` is data of this format, prepared or not (cheap: the name,
       or one metadata file; :data:`~datareel.formats.FORMATS` asks the formats in order, the first that
       says yes owns the path);
-    - ``open`` (:data:`Opener`): the dataset at ``path``;
+    - ``open`` (:data:`Opener`): the dataset at ``path``; ``None`` for the metadataset, a blend of other formats'
+      datasets, which the blend layer opens (:func:`datareel.open_dataset` and a metadataset's entries
+      through :mod:`datareel.blend.metadataset`), as no format reaches up into the blends built on it;
     - ``info(path) -> dict``: what ``datareel info`` shows (``{"path", "kind", "samples", ...}``), or a
       :class:`~datareel.errors.DatasetError` naming what is wrong and the fix;
     - ``problem(path) -> str | None``: why ``path`` is not ready to read, with the command that makes it
@@ -40,7 +42,7 @@ class Format:
 
     name: str
     detect: Callable[[Any], bool]
-    open: Opener
+    open: Opener | None
     info: Callable[[Any], dict[str, Any]]
     problem: Callable[[Any], str | None] = lambda path: None
     entry: Callable[[Any, dict[str, Any], Any], dict[str, Any]] | None = None

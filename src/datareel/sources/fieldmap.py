@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DatasetError
+from ..errors import DatasetError, check_keys
 from .dataset_code import REFUSAL, DatasetCode, dataset_code
 from .typed import SAMPLE_CLASSES, type_fields
 
@@ -115,8 +115,6 @@ def typed_fields(
 
     Every key is checked: an unknown one is refused with the closest known key, and Energon's keys that
     datareel cannot honour (``decoder``; ``sample_loader`` untrusted) by name."""
-    from .energon_meta import check_keys
-
     coded = "sample_loader" in config
     if coded and not trusted:
         raise DatasetError(f"{where}: sample_loader {config['sample_loader']!r} {REFUSAL}")

@@ -8,12 +8,12 @@ is checked to carry the primary's key, so an index that no longer fits the datas
 
 The joiner gets the samples as arguments (a ``join:`` list) or as keyword arguments by name (a mapping);
 a :class:`~datareel.sources.typed.Sample` class joins with its ``from_joined`` (Energon's default where the
-class has none: the primary's key, restore key and subflavors, every sample's fields, later ones winning).
+class has none, :func:`~datareel.sources.typed.default_from_joined`: the primary's key, restore key and
+subflavors, every sample's fields, later ones winning).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -111,53 +111,3 @@ class JoinedSource(Source):
 
 def _key(sample: Any) -> str:
     return sample["__key__"] if isinstance(sample, dict) else sample.__key__
-
-
-def sample_joiner(cls: type) -> Callable[..., Any]:
-    """The joiner of a sample class: its own ``from_joined``, else :func:`default_from_joined` for it."""
-    own = getattr(cls, "from_joined", None)
-    if own is not None and getattr(own, "__func__", None) is not _sample_base().from_joined.__func__:
-        return own
-    return _DefaultJoin(cls)
-
-
-class _DefaultJoin:
-    """Energon's default ``Sample.from_joined`` for ``cls`` (picklable: DataLoader workers get a copy)."""
-
-    def __init__(self, cls: type):
-        self.cls = cls
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return default_from_joined(self.cls, *args, **kwargs)
-
-
-def default_from_joined(cls: type, *args: Any, **kwargs: Any) -> Any:
-    """Energon's default join into ``cls``: the primary's fields (key, restore key, subflavors), then each
-    sample's own fields in order (later ones win); ``__sources__`` the primary's followed by every
-    sample's (the primary's among them, as Energon's).  Positional samples only, as Energon's."""
-    if kwargs:
-        raise DatasetError(
-            f"{cls.__name__} has no from_joined of its own, and the default joins a join: list only (a mapping's "
-            f"names would be ignored); write the join as a list, or give {cls.__name__} a from_joined"
-        )
-    base = {f.name for f in dataclasses.fields(_sample_base())}
-    init: dict[str, Any] = {}
-    if args:
-        primary = args[0]
-        if primary is None:
-            raise DatasetError("the primary sample of a join is None; only secondaries may be missing")
-        init = {f.name: getattr(primary, f.name) for f in dataclasses.fields(primary)}
-        init["__sources__"] = (
-            *(primary.__sources__ or ()),
-            *(s for arg in args if arg is not None and arg.__sources__ is not None for s in arg.__sources__),
-        )
-        for arg in args:
-            if arg is not None:
-                init.update({f.name: getattr(arg, f.name) for f in dataclasses.fields(arg) if f.name not in base})
-    return cls(**init)
-
-
-def _sample_base() -> type:
-    from .typed import Sample
-
-    return Sample

@@ -53,12 +53,11 @@ def make_source_info(
 
 
 def dataset_path(root: Any) -> Any:
-    """The ``dataset_path`` of records of the dataset at ``root``: Energon's ``EPath`` of it (the facade's,
-    which compares equal to the user's ``EPath(...)``), or ``str(root)`` where no ``EPath`` names it."""
-    try:
-        from ..energon.epathlib import EPath
-    except ImportError:  # pragma: no cover - the facade is part of the package
-        return str(root)
+    """The ``dataset_path`` of records of the dataset at ``root``: its :class:`~datareel.storage.epath.EPath`
+    (Energon's type, the one ``datareel.energon.epathlib`` gives: it compares equal to the user's
+    ``EPath(...)``), or ``str(root)`` where no ``EPath`` names it."""
+    from ..storage.epath import EPath  # when a record is first made: multi-storage-client names its profiles
+
     try:
         return EPath(str(root))
     except (ValueError, DatareelError):  # a store EPath has no scheme for (http://, gs://): its URL

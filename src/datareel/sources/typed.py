@@ -18,9 +18,12 @@ field too, so code written for dict samples keeps working.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+
+from ..errors import DatasetError
 
 T = TypeVar("T")
 
@@ -90,10 +93,52 @@ class Sample(_Fields):
     def from_joined(cls, *args: Any, **kwargs: Any) -> Any:
         """Energon's default join (``join:`` in a metadataset): the primary sample's key, restore key and
         subflavors, then each joined sample's fields in order, later ones winning; override it to join
-        otherwise.  See :func:`datareel.sources.joined.default_from_joined`."""
-        from .joined import default_from_joined
-
+        otherwise.  See :func:`default_from_joined`."""
         return default_from_joined(cls, *args, **kwargs)
+
+
+def sample_joiner(cls: type) -> Callable[..., Any]:
+    """The joiner of a sample class: its own ``from_joined``, else :func:`default_from_joined` for it."""
+    own = getattr(cls, "from_joined", None)
+    if own is not None and getattr(own, "__func__", None) is not Sample.from_joined.__func__:
+        return own
+    return _DefaultJoin(cls)
+
+
+class _DefaultJoin:
+    """Energon's default ``Sample.from_joined`` for ``cls`` (picklable: DataLoader workers get a copy)."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return default_from_joined(self.cls, *args, **kwargs)
+
+
+def default_from_joined(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """Energon's default join into ``cls``: the primary's fields (key, restore key, subflavors), then each
+    sample's own fields in order (later ones win); ``__sources__`` the primary's followed by every
+    sample's (the primary's among them, as Energon's).  Positional samples only, as Energon's."""
+    if kwargs:
+        raise DatasetError(
+            f"{cls.__name__} has no from_joined of its own, and the default joins a join: list only (a mapping's "
+            f"names would be ignored); write the join as a list, or give {cls.__name__} a from_joined"
+        )
+    base = {f.name for f in dataclasses.fields(Sample)}
+    init: dict[str, Any] = {}
+    if args:
+        primary = args[0]
+        if primary is None:
+            raise DatasetError("the primary sample of a join is None; only secondaries may be missing")
+        init = {f.name: getattr(primary, f.name) for f in dataclasses.fields(primary)}
+        init["__sources__"] = (
+            *(primary.__sources__ or ()),
+            *(s for arg in args if arg is not None and arg.__sources__ is not None for s in arg.__sources__),
+        )
+        for arg in args:
+            if arg is not None:
+                init.update({f.name: getattr(arg, f.name) for f in dataclasses.fields(arg) if f.name not in base})
+    return cls(**init)
 
 
 @edataclass

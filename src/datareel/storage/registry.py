@@ -16,13 +16,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import DatasetError, OptionError
+from .schemes import scheme_of as scheme_of
 
 if TYPE_CHECKING:
     from .base import Files
 
 Factory = Callable[[], "Files"]
-
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def _local() -> Files:
@@ -82,14 +81,6 @@ def register_scheme(scheme: str, factory: Factory, *, replace: bool = False) -> 
 def unregister_scheme(scheme: str) -> None:
     """Forget a scheme :func:`register_scheme` added (its URLs are refused again)."""
     SCHEMES.pop(scheme.lower(), None)
-
-
-def scheme_of(path: object) -> str | None:
-    """The URL scheme of ``path`` in lower case (``"s3"``), or ``None`` for a local path."""
-    if not isinstance(path, str):
-        return None
-    match = _SCHEME.match(path)
-    return match[1].lower() if match else None
 
 
 def is_remote(path: object) -> bool:

@@ -49,12 +49,12 @@ from .object_store import (
 )
 from .objects import ObjectInfo, ObjectStat
 from .ranges import COALESCE_GAP, COALESCE_LIMIT, coalesce, concurrency, gets_of
-from .registry import scheme_of
 from .retry import ENV_ATTEMPTS as ENV_ATTEMPTS
 from .retry import ENV_DEADLINE as ENV_DEADLINE
 from .retry import ENV_TIMEOUT as ENV_TIMEOUT
 from .retry import Retry
 from .retry import _seconds as _seconds
+from .schemes import scheme_of
 
 log = logging.getLogger("datareel")
 T = TypeVar("T")

@@ -1,6 +1,7 @@
-"""Energon's ``megatron.energon.cache.base``: random access by key (:class:`FileStore`), lazy references
-(:class:`Lazy`, :class:`MockLazy`), the cache-pool interface (:class:`CachePool`) and the file-store decoder
-interface (:class:`FileStoreDecoder`).
+"""Energon's ``megatron.energon.cache.base``: random access by key (:class:`FileStore`, datareel's own:
+:mod:`datareel.blend.stores`), lazy references (:class:`Lazy`, :class:`MockLazy`), the cache-pool interface
+(:class:`CachePool`), the file-store decoder interface (:class:`FileStoreDecoder`) and the primary store of a
+cooker (:class:`PrimaryFileStore`).
 
 A :class:`FileStore` maps a file name (``"<sample key>.<part>"`` in a prepared dataset, a relative path
 on a file system) to ``(data, SourceInfo)``; :meth:`FileStore.get` returns the data and appends the
@@ -14,60 +15,13 @@ import abc
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ...sources.source_info import SourceInfo, add_source_info
+from ...blend.stores import FileStore, FileStoreWrapper
+from ...sources.source_info import SourceInfo
 from ...sources.typed import edataclass
 
 __all__ = ["CachePool", "FileStore", "FileStoreDecoder", "FileStoreWrapper", "Lazy", "MockLazy", "PrimaryFileStore"]
 
 T = TypeVar("T")
-
-
-class FileStore(Generic[T]):
-    """A dataset read by key: ``store[key] -> (data, SourceInfo)``."""
-
-    @abc.abstractmethod
-    def __getitem__(self, key: str) -> tuple[T, SourceInfo]: ...
-
-    @abc.abstractmethod
-    def get_path(self) -> str:
-        """The dataset's path (what identifies it in a cache)."""
-
-    def _get_raw(self, key: str) -> tuple[Any, SourceInfo]:
-        """``(raw bytes, SourceInfo)`` for ``key``, not decoded (a plain store's items are raw)."""
-        return self[key]
-
-    def _decode_raw(self, data: Any, **kwargs: Any) -> Any:
-        """``data`` from :meth:`_get_raw` decoded as ``__getitem__`` would (a plain store: unchanged)."""
-        return data
-
-    def get(self, key: str, sample: Any = None) -> Any:
-        """The data for ``key``; its SourceInfo is appended to ``sample``'s ``__sources__``."""
-        data, info = self[key]
-        add_source_info(sample, info)
-        return data
-
-    def get_media_metadata(self, key: str) -> Any:
-        """The media metadata (``ImageMetadata`` / ``AVMetadata``) prepared for ``key``."""
-        raise NotImplementedError(f"{type(self).__name__} does not support media metadata retrieval")
-
-
-class FileStoreWrapper(FileStore[T]):
-    """A store over another one (decoding on access, say): raw reads go to the inner store."""
-
-    def __init__(self, inner: FileStore[Any]):
-        self._inner = inner
-
-    def _get_raw(self, key: str) -> tuple[Any, SourceInfo]:
-        return self._inner._get_raw(key)
-
-    def _decode_raw(self, data: Any, **kwargs: Any) -> Any:
-        return self._inner._decode_raw(data, **kwargs)
-
-    def get_path(self) -> str:
-        return self._inner.get_path()
-
-    def get_media_metadata(self, key: str) -> Any:
-        return self._inner.get_media_metadata(key)
 
 
 @edataclass

@@ -11,54 +11,24 @@ from typing import Any
 
 from ...errors import DatasetError, OptionError
 from ...formats import METADATASET
-from ...formats.metafiles import load_file
+from ...storage.epath import EPath
 from ...storage.path import as_path
 from .dataset_loader import DatasetLoader
 from .loader_interface import DatasetLoaderInterface, TraversedDatasetReference
-from .metadataset import Metadataset
-from .metadataset_v2 import MetadatasetV2
+from .metadataset_v2 import load_metadataset_file as load_metadataset_file
+from .metadataset_v2 import metadataset_of
 
 __all__ = ["load_dataset", "load_metadataset_file", "prepare_metadataset", "traverse_metadataset"]
-
-_CLASSES = {"MetadatasetV2": MetadatasetV2, "Metadataset": Metadataset}
-
-
-def _document(config: Any, path: Any) -> MetadatasetV2:
-    if not isinstance(config, dict) or not isinstance(config.get("splits"), dict):
-        raise DatasetError(f"{path}: a metadataset is a mapping with 'splits' (and __class__), got {config!r:.80}")
-    module = config.get("__module__", "megatron.energon")
-    if not (isinstance(module, str) and (module == "megatron.energon" or module.startswith("megatron.energon."))):
-        raise DatasetError(
-            f"{path}: __module__={module!r:.80} is not megatron.energon; write __module__: megatron.energon"
-        )
-    name = config.get("__class__", "Metadataset")  # Energon's default type
-    unknown = sorted(set(config) - {"__module__", "__class__", "splits"})
-    if name not in _CLASSES or unknown:
-        raise DatasetError(
-            f"{path}: expected __class__ MetadatasetV2 or Metadataset with only 'splits', got __class__={name!r:.80}"
-            + (f" and keys {unknown}" if unknown else "")
-        )
-    return _CLASSES[name](path, config["splits"])
-
-
-def load_metadataset_file(path: Any) -> MetadatasetV2:
-    """The metadataset at ``path`` (local or a URL), unchecked (see :meth:`MetadatasetV2.post_initialize`)."""
-    from ..epathlib import EPath
-
-    path = EPath(path)
-    return _document(load_file(as_path(str(path)), "metadataset", fix="fix the metadataset YAML"), path)
 
 
 def load_dataset(path: Any, **kwargs: Any) -> DatasetLoaderInterface:
     """A metadataset (``.yaml``) or a prepared dataset (directory, ``.jsonl``) as a loader, checked;
     ``kwargs`` are a dataset's own fields (``split_part``, ``subflavors``, ...); a dict is a metadataset's
     parsed document."""
-    from ..epathlib import EPath
-
     if isinstance(path, dict):
         if kwargs:
             raise OptionError(f"load_dataset(dict, ...): a metadataset takes no extra arguments, got {sorted(kwargs)}")
-        loaded = _document(path, EPath("/dict"))
+        loaded = metadataset_of(path, EPath("/dict"))
     elif METADATASET.detect(as_path(str(path))):
         if kwargs:
             raise OptionError(f"load_dataset({path!s}): a metadataset takes no extra arguments, got {sorted(kwargs)}")

@@ -139,8 +139,7 @@ def bind_cookers(task_encoder: Any, cache_pool: Any = None) -> None:
     vars(task_encoder)["_datareel_cache_pool"] = cache_pool
     if not cookers:
         return
-    from ..flavors.webdataset.sample_decoder import DEFAULT_DECODER
-    from ..foreign import as_sample_decoder, user_decoder
+    from ..flavors.webdataset.sample_decoder import DEFAULT_DECODER, as_sample_decoder, user_decoder
 
     # the encoder's decoder (megatron.energon's read by its configuration), else Energon's default SampleDecoder()
     decoder = as_sample_decoder(user_decoder(task_encoder, DEFAULT_DECODER))

@@ -20,7 +20,15 @@ from ....formats.webdataset.decode import IMAGE_DECODE, PartDecoder
 from ...cache.base import FileStoreDecoder
 from .config import split_name_re
 
-__all__ = ["AV_DECODE", "AV_EXTENSIONS", "DEFAULT_DECODER", "SampleDecoder", "open_options"]
+__all__ = [
+    "AV_DECODE",
+    "AV_EXTENSIONS",
+    "DEFAULT_DECODER",
+    "SampleDecoder",
+    "as_sample_decoder",
+    "open_options",
+    "user_decoder",
+]
 
 AV_DECODE = ("torch", "AVDecoder", "pyav")
 AV_EXTENSIONS = frozenset(
@@ -97,8 +105,6 @@ def open_options(decoder: Any) -> dict[str, Any]:
     themselves): ``None`` -> raw bytes; a :class:`SampleDecoder` (datareel.energon's, or megatron.energon's read by
     its ``config()``: :func:`datareel.energon.foreign.as_sample_decoder`) -> its ``image_decode``.  A decoder
     datareel's readers cannot apply is refused by name."""
-    from ...foreign import as_sample_decoder
-
     decoder = as_sample_decoder(decoder)
     if decoder is None:
         return {"decode": False}
@@ -121,3 +127,68 @@ def open_options(decoder: Any) -> dict[str, Any]:
 
 _AV_DEFAULTS = {"av_decode": "AVDecoder", "video_decode_audio": False}
 _DEFAULT_AV = ", ".join(f"{k}={v!r}" for k, v in _AV_DEFAULTS.items())
+
+
+# -- a task encoder's decoder, megatron.energon's read by its configuration (see datareel.energon.foreign)
+
+DECODER_CONFIG = ("image_decode", "av_decode", "video_decode_audio", "guess_content")
+"""The keys of ``SampleDecoder.config()`` (megatron.energon's and the facade's)."""
+_ENERGON = "megatron.energon"
+_FACADE = "datareel.energon"
+
+
+def as_sample_decoder(decoder: Any, where: str = "task_encoder.decoder") -> Any:
+    """The facade's :class:`~datareel.energon.flavors.webdataset.sample_decoder.SampleDecoder` for ``decoder``:
+    ``None`` stays ``None`` (raw bytes); the facade's own is returned as it is; any other object whose
+    ``config()`` is a ``SampleDecoder`` configuration (megatron.energon's ``SampleDecoder``, or one that behaves
+    as it) becomes the facade's decoder of that configuration.  A decoder with decoding code of its own (a
+    ``decode`` / ``__call__`` not from a ``SampleDecoder`` of either library), or without such a configuration,
+    is refused by name: datareel's readers decode the parts themselves."""
+    if decoder is None or isinstance(decoder, SampleDecoder):
+        return decoder
+    read = getattr(decoder, "config", None)
+    config = read() if callable(read) else None
+    if not (isinstance(config, dict) and "image_decode" in config and set(config) <= set(DECODER_CONFIG)):
+        raise OptionError(
+            f"{where}={decoder!r}: datareel decodes parts with a SampleDecoder (datareel.energon's or "
+            f"megatron.energon's: one whose config() gives {list(DECODER_CONFIG)}), or None for raw bytes; decode "
+            f"in a cooker or encode_sample instead"
+        )
+    own = [name for name in ("decode", "__call__") if not _library_defined(type(decoder), name)]
+    if own:
+        raise OptionError(
+            f"{where}={decoder!r}: {type(decoder).__name__} defines its own {' and '.join(own)}, which datareel's "
+            f"readers cannot run (they decode parts by the configuration {config}); use SampleDecoder("
+            f"{', '.join(f'{k}={v!r}' for k, v in config.items())}) and decode the rest in a cooker or "
+            f"encode_sample"
+        )
+    return SampleDecoder(**config)
+
+
+def _library_defined(cls: type, name: str) -> bool:
+    """Whether ``cls``'s ``name`` comes from megatron.energon or the facade (not from the user's subclass)."""
+    for base in cls.__mro__:
+        if name in vars(base):
+            return base.__module__.startswith((_ENERGON, _FACADE))
+    return False
+
+
+def user_decoder(task_encoder: Any, missing: Any) -> Any:
+    """The ``decoder`` the user gave ``task_encoder`` (on the instance, or a class of theirs); ``missing`` when it
+    has none, or only megatron.energon's class default (``TaskEncoder.decoder = SampleDecoder()``), which
+    megatron.energon replaces by the ``image_decode=`` of ``get_train_dataset`` as datareel's readers do.  An
+    ``AugmentTaskEncoder`` answers for the encoder it wraps."""
+    if task_encoder is None:
+        return missing
+    if "decoder" in getattr(task_encoder, "__dict__", {}):
+        return task_encoder.__dict__["decoder"]
+    for cls in type(task_encoder).__mro__:
+        if "decoder" in vars(cls):
+            value = vars(cls)["decoder"]
+            inner = getattr(task_encoder, "_task_encoder", None)
+            if isinstance(value, property) and inner is not None:
+                return user_decoder(inner, missing)  # an AugmentTaskEncoder forwards its decoder
+            if cls.__module__.startswith(_ENERGON):
+                return missing
+            return task_encoder.decoder
+    return missing

@@ -1,0 +1,273 @@
+"""Energon's objects of a metadataset's entries, as ``MetadatasetV2.splits`` shows them — ``MetadatasetBlend``,
+``MetadatasetBlendEpochized``, ``MetadatasetJoin``, ``DatasetReference`` and their blend / join kinds, ``Subset``
+— made by :func:`view_node` from the file's mapping; read-only views whose ``get_datasets`` / ``traverse`` go
+through the walk (:mod:`.walk`) over the mapping they show."""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass
+from typing import Any
+
+from ...errors import DatasetError, OptionError
+from ..multiplier import energon_multiplier
+from .loader_interface import DatasetLoaderInterface, LoadedDatasetList, TraversedDatasetReference
+from .values import DatasetSubset, merge_subset, parse_subset
+from .walk import JOIN_REFUSED, Request, joiner_of, kind_of, node_datasets, resolved_entry, traverse_node
+
+__all__ = [
+    "BlendDatasetReference",
+    "BlendEpochizedDatasetReference",
+    "BlendEpochizedJoinDatasetReference",
+    "BlendJoinDatasetReference",
+    "DatasetReference",
+    "JoinDatasetReference",
+    "MetadatasetBlend",
+    "MetadatasetBlendEpochized",
+    "MetadatasetJoin",
+    "Subset",
+    "view_node",
+]
+
+
+class _View:
+    """A node of a loaded metadataset as Energon's class of the same name shows it; read-only once
+    :func:`bind` ties it to the mapping it shows (what datareel reads)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        where = self.__dict__.get("_where")
+        if where is not None:
+            raise FrozenInstanceError(
+                f"{type(self).__name__}.{name} of {where} is read-only: datareel reads the metadataset's mapping, "
+                f"not this view of it; change {name!r} in the YAML (or in the mapping given to load_dataset) and "
+                f"load it again"
+            )
+        object.__setattr__(self, name, value)
+
+    def _bound(self, what: str) -> tuple[Any, dict, str]:
+        where = self.__dict__.get("_where")
+        if where is None:
+            raise OptionError(
+                f"{type(self).__name__}.{what}: this object was built in code, and datareel reads metadatasets "
+                f"from their mapping; write it in a metadataset YAML (or a dict) and call load_dataset on that"
+            )
+        return self.__dict__["_mds"], self.__dict__["_node"], where
+
+
+def bind(view: Any, mds: Any, node: Any, where: str) -> Any:
+    """Tie ``view`` to the metadataset ``mds`` and the ``node`` it shows (at ``where``); it is read-only after."""
+    object.__setattr__(view, "_mds", mds)
+    object.__setattr__(view, "_node", node)
+    object.__setattr__(view, "_where", where)
+    return view
+
+
+@dataclass(kw_only=True)
+class Subset(_View):
+    """Energon's ``subset: {range: [start, end]}`` of an entry, its values as written (``"N%"``, an
+    integer, ``"end"``)."""
+
+    range: Any
+
+    def as_dataset_subset(self) -> DatasetSubset:
+        where = self.__dict__.get("_where") or "subset"
+        return parse_subset({"range": list(self.range)}, where)
+
+    def merge(self, parent_subset: DatasetSubset | None) -> DatasetSubset | None:
+        where = self.__dict__.get("_where") or "subset"
+        return merge_subset(self.as_dataset_subset(), parent_subset, where)
+
+
+class _Walked(_View, DatasetLoaderInterface):
+    """``get_datasets`` / ``traverse`` of one entry, through :mod:`.walk` over the mapping it shows."""
+
+    def post_initialize(self, mds_path: Any = None) -> None:
+        """Nothing: its metadataset's ``post_initialize`` (``load_dataset`` calls it) resolved the view."""
+
+    def traverse(
+        self, mds_path: Any = None, *, split_part: str, _subflavors: dict[str, Any] | None = None
+    ) -> list[TraversedDatasetReference]:
+        mds, node, where = self._bound("traverse")
+        return traverse_node(mds, node, split_part, dict(_subflavors or {}), where)
+
+    def get_datasets(
+        self,
+        *,
+        training: bool,
+        split_part: str,
+        worker_config: Any,
+        subflavors: dict[str, Any] | None = None,
+        shuffle_over_epochs_multiplier: int | None = 1,
+        subset: Any = None,
+        **kwargs: Any,
+    ) -> LoadedDatasetList:
+        mds, node, where = self._bound("get_datasets")
+        multiplier = energon_multiplier(shuffle_over_epochs_multiplier, f"{where}: get_datasets: ")
+        request = Request(training, worker_config, kwargs)
+        return node_datasets(mds, node, request, split_part, subflavors, multiplier, subset, where)
+
+    def prepare(self, split_part: str | None = None) -> tuple[Any, ...]:
+        _, _, where = self._bound("prepare")
+        raise OptionError(
+            f"{where}: prepare one entry is not done by datareel; prepare the metadataset (MetadatasetV2.prepare, "
+            f"prepare_metadataset or `energon prepare` on the YAML), which writes the join indexes of its splits"
+        )
+
+
+@dataclass(kw_only=True)
+class DatasetReference(_Walked):
+    """An entry naming a dataset or a metadataset (``path``); after ``post_initialize`` ``path`` is an
+    ``EPath`` beside the file, ``aux`` maps names to ``AuxDatasetReference`` / ``AuxFilesystemReference``
+    and ``_dataset`` is the loader of what it names (a ``DatasetLoader`` or the nested metadataset)."""
+
+    subset: Subset | None = None
+    path: Any
+    split_part: str | None = None
+    subflavors: dict[str, Any] | None = None
+    shuffle_over_epochs_multiplier: int | None = 1
+    dataset_config: str | None = None
+    split_config: str | None = None
+    aux: dict[str, Any] | None = None
+    _dataset: Any = None
+
+
+@dataclass(kw_only=True)
+class BlendDatasetReference(DatasetReference):
+    """An item of a ``blend`` list naming a dataset, with its ``weight`` (as written; default 1.0)."""
+
+    weight: float = 1.0
+
+
+@dataclass(kw_only=True)
+class BlendEpochizedDatasetReference(DatasetReference):
+    """An item of a ``blend_epochized`` list naming a dataset, with its ``repetitions`` (default 1)."""
+
+    repetitions: int | float = 1
+
+
+@dataclass(kw_only=True)
+class JoinDatasetReference(DatasetReference):
+    """A dataset of a ``join`` (read by its join only), with its ``nonmatch`` (default ``"error"``)."""
+
+    nonmatch: str = "error"
+
+    def traverse(
+        self, mds_path: Any = None, *, split_part: str, _subflavors: dict[str, Any] | None = None
+    ) -> list[TraversedDatasetReference]:
+        raise NotImplementedError("traverse_metadataset() does not support joined datasets.")  # Energon's
+
+    def get_datasets(self, **kwargs: Any) -> LoadedDatasetList:
+        _, _, where = self._bound("get_datasets")
+        raise DatasetError(f"{where}: a dataset of a join is read by its join only; {JOIN_REFUSED}")
+
+
+@dataclass(kw_only=True)
+class MetadatasetJoin(_Walked):
+    """A ``join`` of datasets (a list or a mapping of ``JoinDatasetReference``).  ``joiner`` is the class or
+    function the YAML names when its module is imported (datareel imports nothing a metadataset names),
+    else the YAML's mapping (``{__module__: M, __class__: C}``)."""
+
+    subset: Subset | None = None
+    join: Any
+    joiner: Any
+    split_part: str | None = None
+    subflavors: dict[str, Any] | None = None
+    shuffle_over_epochs_multiplier: int | None = 1
+    dataset_config: str | None = None
+    split_config: str | None = None
+    _dataset: Any = None
+
+
+@dataclass(kw_only=True)
+class BlendJoinDatasetReference(MetadatasetJoin):
+    """A join as an item of a ``blend`` list, with its ``weight`` (default 1.0)."""
+
+    weight: float = 1.0
+
+
+@dataclass(kw_only=True)
+class BlendEpochizedJoinDatasetReference(MetadatasetJoin):
+    """A join as an item of a ``blend_epochized`` list, with its ``repetitions`` (default 1)."""
+
+    repetitions: int | float = 1
+
+
+@dataclass(kw_only=True)
+class MetadatasetBlend(_Walked):
+    """A ``blend``: its items sampled by weight."""
+
+    subset: Subset | None = None
+    blend: list[Any]
+
+
+@dataclass(kw_only=True)
+class MetadatasetBlendEpochized(_Walked):
+    """A ``blend_epochized``: its items' samples repeated ``repetitions`` times per epoch."""
+
+    subset: Subset | None = None
+    blend_epochized: list[Any]
+
+
+def view_node(mds: Any, node: Any, where: str, *, resolve: bool, parent: str | None = None) -> Any:
+    """Energon's object of ``node`` (:class:`~.metadataset_v2.MetadatasetBlend`, ``DatasetReference``, ...:
+    the view ``MetadatasetV2.splits`` holds); ``parent`` is the kind of list holding it (``blend``,
+    ``blend_epochized``, ``join``), ``None`` for a split's own node.  With ``resolve`` (``post_initialize``)
+    each path is resolved beside the file and must exist, ``aux`` entries become references and a nested
+    metadataset is loaded and checked (Energon checks when loading the file); without, values are as written."""
+    kind = kind_of(node, where)
+    subset = None
+    if "subset" in node:
+        parse_subset(node["subset"], where)  # refused here, by name, when malformed
+        subset = bind(Subset(range=node["subset"]["range"]), mds, node["subset"], f"{where}.subset")
+    extra: dict[str, Any] = {}
+    if parent == "blend":
+        extra["weight"] = node.get("weight", 1.0)
+    elif parent == "blend_epochized":
+        extra["repetitions"] = node.get("repetitions", 1)
+    if kind in ("blend", "blend_epochized"):
+        items = node[kind]
+        if not isinstance(items, list):
+            raise DatasetError(f"{where}.{kind} must be a non-empty list, got {items!r:.80}")
+        inner = [
+            view_node(mds, item, f"{where}.{kind}[{i}]", resolve=resolve, parent=kind) for i, item in enumerate(items)
+        ]
+        # an inline blend inside a blend (datareel's extension) shows no weight: Energon's classes have none
+        cls = MetadatasetBlend if kind == "blend" else MetadatasetBlendEpochized
+        return bind(cls(subset=subset, **{kind: inner}), mds, node, where)
+    common = {key: node.get(key, 1 if key == "shuffle_over_epochs_multiplier" else None) for key in _COMMON}
+    if kind == "join":
+        items = node["join"]
+        if isinstance(items, dict):
+            joined: Any = {
+                key: view_node(mds, item, f"{where}.join[{key}]", resolve=resolve, parent="join")
+                for key, item in items.items()
+            }
+        elif isinstance(items, list):
+            joined = [
+                view_node(mds, item, f"{where}.join[{i}]", resolve=resolve, parent="join")
+                for i, item in enumerate(items)
+            ]
+        else:
+            raise DatasetError(f"{where}.join must be a list or a mapping of datasets, got {items!r:.80}")
+        cls = _JOINS[parent]
+        joiner = joiner_of(node.get("joiner"), where)
+        return bind(cls(subset=subset, join=joined, joiner=joiner, **common, **extra), mds, node, where)
+    if parent == "join":
+        extra["nonmatch"] = node.get("nonmatch", "error")
+    fields = {"path": node["path"], "aux": node.get("aux"), **common}
+    if resolve:
+        fields.update(resolved_entry(mds, node, where, joined=parent == "join"))
+    return bind(_REFERENCES[parent](subset=subset, **fields, **extra), mds, node, where)
+
+
+_COMMON = ("split_part", "subflavors", "shuffle_over_epochs_multiplier", "dataset_config", "split_config")
+_REFERENCES = {
+    None: DatasetReference,
+    "blend": BlendDatasetReference,
+    "blend_epochized": BlendEpochizedDatasetReference,
+    "join": JoinDatasetReference,
+}
+_JOINS = {
+    None: MetadatasetJoin,
+    "blend": BlendJoinDatasetReference,
+    "blend_epochized": BlendEpochizedJoinDatasetReference,
+}
