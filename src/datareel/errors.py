@@ -39,6 +39,28 @@ class DatasetError(DatareelError):
     """Data on disk that cannot be read as it is: a missing shard, a stale index, a damaged tar."""
 
 
+class DuplicateSampleKeyError(DatasetError, RuntimeError):
+    """Two samples of one dataset have the same key (``sample_key``); ``first`` and ``second`` are their
+    ``(tar_file_id, sample_index)`` where known.  A :class:`RuntimeError` too, as Energon's is."""
+
+    def __init__(
+        self, sample_key: str, first: tuple[int, int] | None = None, second: tuple[int, int] | None = None
+    ) -> None:
+        where = ""
+        if first is not None and second is not None:
+            where = f" (sample {first[1]} of tar file {first[0]} and sample {second[1]} of tar file {second[0]})"
+        super().__init__(
+            f"duplicate sample key {sample_key!r}{where}: keys must be unique across the dataset (the "
+            f"index's samples.sample_key is UNIQUE); rename one of the samples' files in its shard"
+        )
+        self.sample_key = sample_key
+        self.first = first
+        self.second = second
+
+    def __reduce__(self) -> tuple[Any, ...]:  # it may cross to another process: rebuild from the fields
+        return (type(self), (self.sample_key, self.first, self.second))
+
+
 class DatasetChangedError(DatasetError):
     """A shard no longer matches what ``prepare`` recorded (sample count, tar end, ETag). The dataset as a
     whole is in question, so this is never substituted or handed to an error handler: it always stops

@@ -74,7 +74,8 @@ def test_local_file_operations(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def bucket(tmp_path_factory):
     import boto3
-    from tests.s3_server import s3_server
+
+    from s3_server import s3_server
 
     with s3_server() as endpoint:
         boto3.client("s3").create_bucket(Bucket="epath")

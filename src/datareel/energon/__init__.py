@@ -43,7 +43,7 @@ from .datasets import (
     get_val_dataset,
     get_val_datasets,
 )
-from .loader import EnergonLoader
+from .energon_loader import EnergonLoader
 from .task_encoder import (
     Batch,
     Cooker,

@@ -28,8 +28,8 @@ from ..errors import BatchError, DatareelError, OptionError, SkipSample, Topolog
 from ..plan.batch_blend import block_size, choice
 from .batch_blend_spec import BatchBlendSpec
 from .batch_blend_state import check_agreement, check_positions, read_state, write_state
+from .energon_loader import EnergonLoader
 from .foreign import as_worker_config
-from .loader import EnergonLoader
 from .loader_args import LoaderOptions
 from .states import gather_restored, one_state, state_to_adopt
 from .wrappers.watchdog_dataset import watched
@@ -130,8 +130,8 @@ class BatchBlendLoader:
     def _check(self, token: object) -> None:
         if token is not self._token:
             raise DatareelError(
-                f"this iterator of the {self.blend.kind}'s loader was made before its state was restored; call "
-                f"iter(loader) again"
+                f"this iterator of the {self.blend.kind}'s loader was made before restore_state_rank / "
+                f"restore_state_global or a newer iter(loader); call iter(loader) again"
             )
 
     def _child_of(self, unit: int) -> int:

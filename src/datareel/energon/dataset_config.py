@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .datasets import _check_common, _open
+from .datasets import EnergonDataset, _check_common, _open
 from .multiplier import energon_multiplier
 from .spec import DatasetSpec
 from .worker import WorkerConfig
@@ -65,7 +65,7 @@ class DatasetFactory:
                 f"build(worker_rotation_offset={worker_rotation_offset}): datareel's order does not depend on "
                 f"workers, so there is nothing to rotate; call build()"
             )
-        return DatasetSpec(
+        return EnergonDataset(
             self.path,
             self.split_part,
             self.worker_config,

@@ -17,13 +17,13 @@ from ..errors import INT64_LIMIT, OptionError, check_int
 from ..sources.base import Source
 from .batch_blend_spec import BatchBlendSpec
 from .decoding import decoding_options
+from .energon_loader import EnergonLoader
 from .foreign import as_worker_config
-from .loader import EnergonLoader
 from .loader_args import LoaderOptions, check_sample_type, default_handler
 from .multiplier import energon_multiplier
 from .spec import DatasetSpec, Limit, Repeat, WorkerConfig
 from .task_encoder.tolerance import check_failure_tolerance
-from .wrapper_config import check_wrapper_config
+from .wrappers.repeat_limit import LimitDataset, RepeatDataset
 
 __all__ = [
     "DatasetSpec",
@@ -43,6 +43,19 @@ log = logging.getLogger("datareel")
 
 _BUFFER_ARGS = ("shuffle_buffer_size", "max_samples_per_sequence", "parallel_shard_iters")
 _explained: set[str] = set()
+
+
+class EnergonDataset(DatasetSpec):
+    """What ``get_train_dataset`` / ``get_val_dataset`` return: the :class:`~.spec.DatasetSpec`, with Energon's
+    ``len(dataset)``: the batches (samples, unbatched) one rank's loader yields per pass, its workers' shares
+    summed; a weighted blend has none (give ``virtual_epoch_length``)."""
+
+    def __len__(self) -> int:
+        loader = EnergonLoader(self, self.worker_config, None, agree_restored_state=False)
+        try:
+            return len(loader)
+        finally:
+            loader.close()
 
 
 def _explain_once(name: str, message: str) -> None:
@@ -137,7 +150,7 @@ def get_train_dataset(
             "splits the last, partial global batch (docs/guarantees.md)"
         )
     handler = default_handler(open_kwargs.pop("handler", None), worker_config)
-    return DatasetSpec(
+    return EnergonDataset(
         path,
         split_part,
         worker_config,
@@ -178,7 +191,7 @@ def get_val_dataset(
     if limit is not None:
         check_int(limit, "limit", minimum=-INT64_LIMIT, where="get_val_dataset")
     handler = default_handler(open_kwargs.pop("handler", None), worker_config)
-    return DatasetSpec(
+    return EnergonDataset(
         path,
         split_part,
         worker_config,
@@ -255,38 +268,3 @@ def get_val_datasets(path: Any, **kwargs: Any) -> list[tuple[DatasetSpec, Any]]:
     spec = get_val_dataset(path, **kwargs)
     children = spec.dataset.children if isinstance(spec.dataset, Concat) else (spec.dataset,)
     return [(replace(spec, path=child, dataset=child), child) for child in children]
-
-
-def RepeatDataset(
-    dataset: DatasetSpec, *, repeats: float | None = None, restart: bool = True, worker_config: Any = None
-) -> DatasetSpec:
-    """Energon's ``RepeatDataset``: the dataset again each time it ends, ``repeats`` times (``None``:
-    endlessly; a fraction reads part of the last time); with ``restart=False`` a loader that read
-    all its repeats yields nothing more.  ``worker_config``: the dataset's, or refused (:mod:`.wrapper_config`)."""
-    _check_spec(dataset, "RepeatDataset")
-    check_wrapper_config(dataset, worker_config, "RepeatDataset")
-    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, (int, float)) or not repeats > 0):
-        raise OptionError(f"RepeatDataset(repeats={repeats!r}): give a number of repeats > 0, or None (endlessly)")
-    return replace(dataset, wrappers=(*dataset.wrappers, Repeat(repeats, bool(restart))))
-
-
-def LimitDataset(
-    dataset: DatasetSpec, length: int, *, reset_after_epoch: bool = False, worker_config: Any = None
-) -> DatasetSpec:
-    """Energon's ``LimitDataset``: each ``for`` over the loader yields at most ``length`` batches
-    (split over each rank's workers as Energon does), then the wrapped dataset starts again, so
-    every full pass yields the same batches (Energon 7.4.1 resets it also with
-    ``reset_after_epoch=False``); a pass left early continues at the next ``for``.  ``worker_config``: the
-    dataset's, or refused (:mod:`.wrapper_config`)."""
-    _check_spec(dataset, "LimitDataset")
-    check_wrapper_config(dataset, worker_config, "LimitDataset")
-    check_int(length, "length", minimum=1, where="LimitDataset")
-    return replace(dataset, wrappers=(*dataset.wrappers, Limit(int(length), bool(reset_after_epoch))))
-
-
-def _check_spec(dataset: Any, where: str) -> None:
-    if not isinstance(dataset, DatasetSpec):
-        raise OptionError(
-            f"{where} wraps what datareel.energon.get_train_dataset / get_val_dataset(s) return, got "
-            f"{type(dataset).__name__}"
-        )

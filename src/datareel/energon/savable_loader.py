@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .datasets import _loader
-from .loader import EnergonLoader
+from .energon_loader import EnergonLoader
 
 __all__ = ["BasicDataLoader", "SavableDataLoader"]
 

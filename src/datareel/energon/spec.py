@@ -67,16 +67,5 @@ class DatasetSpec:
 
         self.worker_config = as_worker_config(self.worker_config, "worker_config")
 
-    def __len__(self) -> int:
-        """Energon's ``len(dataset)``: the batches (samples, unbatched) one rank's loader yields per pass,
-        its workers' shares summed; a weighted blend has none (give ``virtual_epoch_length``)."""
-        from .loader import EnergonLoader  # the loader reads specs
-
-        loader = EnergonLoader(self, self.worker_config, None, agree_restored_state=False)
-        try:
-            return len(loader)
-        finally:
-            loader.close()
-
     def __bool__(self) -> bool:  # a spec is a value, whatever its length
         return True

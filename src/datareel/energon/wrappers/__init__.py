@@ -3,7 +3,6 @@
 (``BlendDataset``, ``MixBatchDataset``: :mod:`datareel.energon.batch_blend`), or refused naming the guarantee it
 would break."""
 
-from ..datasets import LimitDataset, RepeatDataset
 from .batch_dataset import BatchDataset
 from .blend_dataset import BlendDataset
 from .map_dataset import MapDataset
@@ -19,6 +18,7 @@ from .refused import (
     PackingDataset,
     ShuffleBufferDataset,
 )
+from .repeat_limit import LimitDataset, RepeatDataset
 from .watchdog_dataset import WatchdogDataset
 
 __all__ = [

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ....errors import DatasetError, OptionError
+from ....errors import DuplicateSampleKeyError, OptionError
 from ....formats.webdataset.index_db import INDICES, MEDIA_SCHEMA, SCHEMA
 
 if TYPE_CHECKING:
@@ -34,28 +34,6 @@ _SAMPLE_TABLES = ("samples", "sample_parts")  # dropping a table drops its indic
 _MEDIA_TABLES = ("media_metadata", "media_filters")
 BUSY_TIMEOUT_MS = 5000
 """How long a write waits for another connection's lock on the file before failing."""
-
-
-class DuplicateSampleKeyError(DatasetError, RuntimeError):
-    """Two samples of one dataset have the same key (``sample_key``); ``first`` and ``second`` are their
-    ``(tar_file_id, sample_index)`` where known.  A :class:`RuntimeError` too, as Energon's is."""
-
-    def __init__(
-        self, sample_key: str, first: tuple[int, int] | None = None, second: tuple[int, int] | None = None
-    ) -> None:
-        where = ""
-        if first is not None and second is not None:
-            where = f" (sample {first[1]} of tar file {first[0]} and sample {second[1]} of tar file {second[0]})"
-        super().__init__(
-            f"duplicate sample key {sample_key!r}{where}: keys must be unique across the dataset (the "
-            f"index's samples.sample_key is UNIQUE); rename one of the samples' files in its shard"
-        )
-        self.sample_key = sample_key
-        self.first = first
-        self.second = second
-
-    def __reduce__(self) -> tuple[Any, ...]:  # it may cross to another process: rebuild from the fields
-        return (type(self), (self.sample_key, self.first, self.second))
 
 
 def _local_file(sqlite_path: Any) -> Path:

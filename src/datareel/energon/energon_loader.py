@@ -1,0 +1,412 @@
+"""``EnergonLoader``: a datareel Loader with Energon's loader methods and iteration conventions.
+
+What each ``for`` yields follows Energon's pass structure (:mod:`.passes`, over the datareel loader as
+:mod:`.stream` feeds it); a val loader reads in Energon's val order (:mod:`.val`); ``batch_size=None``
+hands samples out one by one (:mod:`.unbatched`).
+
+Restored states are agreed across the data-parallel group before anything can observe or save the
+loader: Megatron saves ``save_state_rank()`` into one file per rank and restores only where a file
+exists, so after the world grows the new ranks restored nothing.  At the first call after
+construction or a restore that iterates, saves, or reads the position (``iter``,
+``save_state_rank``, ``save_state_global``, ``global_batches``, ``cursor``, ``global_batch``,
+``accumulation_steps``, ...), one all-gather of the (~200-byte) restored states lets them adopt the
+others' state; ranks that restored different states raise, naming the ranks (:mod:`.states`).  It is a collective:
+every rank must make such a call, and make its first one before any other collective that the
+others make first (the first ``iter`` or save of a training loop is the common place).
+``get_savable_loader(..., agree_restored_state=False)`` turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+import torch.distributed as torch_dist
+
+from .. import dist
+from ..blend.adopted import Adopted, adopted_from_state
+from ..blend.tree import Concat
+from ..errors import ForeignStateError, OptionError, StateMismatchError, check_int
+from ..execute.batch import BatchMaker, ExecOptions
+from ..execute.encoder import ResolvedEncoder
+from ..loader import Loader
+from ..reel import WindowedStage
+from ..sources.base import Source
+from .adopt.facade import energon_ranks, energon_states, setup_of
+from .adopt.remainder import adopt
+from .encoder_stamp import stamp
+from .grouping import WINDOW, Grouped, groups_batches
+from .loader_args import LoaderOptions
+from .loader_restore import SampleRestorer
+from .passes import Epochize, Passes, local_share
+from .passes import Limit as LimitStream
+from .passes import Repeat as RepeatStream
+from .spec import DatasetSpec, Repeat, WorkerConfig
+from .states import batch_size_mismatch, gather_restored, one_state, state_to_adopt
+from .stream import LoaderStream, one_pass
+from .task_encoder.base import DefaultTaskEncoder
+from .task_encoder.cooking import bind_cookers
+from .unbatched import Group, Unbatched
+from .val import ValPlan
+from .val_state import restore_val, this_rank_val, val_state, val_states
+
+__all__ = ["EnergonLoader", "LoaderStream"]
+
+log = logging.getLogger("datareel")
+
+
+# Names read from the datareel Loader that hold no restored state: reading them agrees nothing.
+_STATIC = frozenset(
+    {"world_size", "rank", "micro_batch_size", "seed", "shuffle", "repeat", "dataset", "length", "group"}
+)
+
+
+class EnergonLoader:
+    """A datareel Loader with Energon's loader methods and iteration conventions."""
+
+    def __init__(
+        self,
+        spec: DatasetSpec,
+        config: WorkerConfig,
+        prefetch_factor: int | None,
+        agree_restored_state: bool = True,
+        options: LoaderOptions | None = None,
+    ):
+        if spec.batch_size is not None:
+            check_int(spec.batch_size, "batch_size", minimum=1)
+        # Energon's default task encoder: typed samples batched into their own type, as Energon gives them
+        user = spec.task_encoder if spec.task_encoder is not None else DefaultTaskEncoder()
+        grouped = groups_batches(user)  # batch_group_criterion: each unit of the reel is one grouped batch
+        micro = 1 if grouped else spec.batch_size or 1
+        self.explicit_global = spec.global_batch_size is not None
+        if grouped and spec.packing_buffer_size is not None:
+            raise OptionError(
+                f"task encoder {type(user).__name__} groups batches (batch_group_criterion), which datareel does not "
+                f"combine with online packing (packing_buffer_size); leave one out"
+            )
+        G = spec.global_batch_size if self.explicit_global else micro * config.world_size
+        online = spec.packing_buffer_size is not None or grouped
+        stamp(user, step_shape=(micro, micro * config.world_size), cache_pool=spec.cache_pool)
+        bind_cookers(user, spec.cache_pool)  # aux stores, primary and cache pool for @cooker(need_*=) cookers
+        if grouped:
+            encoder: Any = Grouped(user, spec.batch_size)
+        else:
+            encoder = Unbatched(user, online=online) if spec.batch_size is None else user
+        self._window = WINDOW if grouped else spec.packing_buffer_size
+        dataset = spec.dataset if spec.dataset is not None else spec.path
+        self.spec, self.worker_config = spec, config
+        self.options = options if options is not None else LoaderOptions()
+        self.loader: Loader | None = None
+        self._val: ValPlan | None = None
+        self._restorer: SampleRestorer | None = None
+        self._stream: LoaderStream | None = None
+        on_error = "substitute" if spec.handler is not None else "raise"
+        resolved = ResolvedEncoder(encoder, online=online)
+        sources = _val_sources(spec, dataset, resolved)
+        if sources is not None:  # Energon's val order, exactly (datareel.energon.val)
+            maker = BatchMaker(
+                sources, resolved, ExecOptions.of(config.seed_offset, False, on_error, None, spec.handler)
+            )
+            self._val = ValPlan(
+                maker,
+                [len(s) for s in sources],
+                world_size=config.world_size,
+                rank=config.rank,
+                num_workers=config.num_workers,
+                batch_size=micro,
+                drop_last=spec.drop_last,
+                prefetch_factor=prefetch_factor,
+                seed=config.seed_offset,
+            )
+            bases: list[Any] = list(self._val.bases)
+        else:
+            if spec.drop_last:
+                raise OptionError(
+                    "get_val_dataset: batch_drop_last=True is supported in Energon's val order only, which "
+                    "online packing and generator encode_sample do not keep; drop batch_drop_last"
+                )
+            self._train_args = (G, micro, encoder, on_error, prefetch_factor, online)
+            self._base = dataset  # the dataset as opened (an adopted remainder goes in front of it)
+            self._make_train(dataset)
+            bases = [self._stream]  # datareel's order is the rank's, whatever its workers
+        self._passes = Passes([self._wrapped(base, w, len(bases)) for w, base in enumerate(bases)])
+        # with worker processes Energon keeps a pass left early and resumes it at the next iter()
+        self._keep = config.num_workers > 0
+        self._live: Any = None  # a pass left early, resumed by the next iter() (with worker processes)
+        self._live_token: object = None
+        self.agree_restored_state = bool(agree_restored_state)
+        self._restored: dict[str, Any] | None = None  # what restore_state_rank gave this rank, if anything
+        self._agreed = False  # the restored states were agreed across the group since the last restore
+
+    def _make_train(self, dataset: Any) -> None:
+        """The datareel Loader (and its stream and sample restorer) over ``dataset``: at construction, and again
+        over an adopted dataset (:mod:`.adopt`)."""
+        spec, config = self.spec, self.worker_config
+        G, micro, encoder, on_error, prefetch_factor, online = self._train_args
+        self.loader = Loader(
+            dataset,
+            global_batch_size=G,
+            micro_batch_size=micro,
+            seed=config.seed_offset,
+            shuffle=spec.shuffle,
+            rank=config.rank,
+            world_size=config.world_size,
+            num_workers=config.num_workers,
+            task_encoder=encoder,
+            repeat=spec.repeat,
+            data_parallel_group=config.data_parallel_group,
+            prefetch_factor=prefetch_factor if config.num_workers else None,
+            persistent_workers=bool(config.num_workers),
+            # Energon skips a sample whose handler returns; datareel substitutes one (exactly-once order kept)
+            on_error=on_error,
+            error_handler=spec.handler,
+            stage=None if self._window is None else WindowedStage(window=self._window, pack=True),
+        )
+        # passes start where it was built
+        self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers, online)
+        self._restorer = SampleRestorer(self.loader)
+
+    def _adopt(self, dataset: Any) -> None:
+        """Rebuild the train loader over ``dataset`` (an adopted one), its passes afresh."""
+        if self.loader is not None:
+            self.loader.close()
+        self._make_train(dataset)
+        self._passes = Passes([self._wrapped(self._stream, 0, 1)])
+
+    def _wrapped(self, base: Any, worker: int, workers: int) -> Any:
+        """One worker's stream: virtual epochs, then the LimitDataset / RepeatDataset wrappers in order."""
+        stream = base
+        if self.spec.virtual_epoch_length:
+            stream = Epochize(stream, local_share(self.spec.virtual_epoch_length, workers, worker))
+        where = f"worker {worker} of rank {self.worker_config.rank}"
+        for wrapper in self.spec.wrappers:
+            if isinstance(wrapper, Repeat):
+                stream = RepeatStream(stream, wrapper.repeats, wrapper.restart, where)
+            else:
+                stream = LimitStream(stream, local_share(wrapper.length, workers, worker))
+        return stream
+
+    # -- iteration: Energon's passes (datareel.energon.passes) ----------------------------------------
+    def __iter__(self) -> Any:
+        self._agree()
+        if self._live is not None:
+            return self._live
+        token = object()
+        from .wrappers.watchdog_dataset import watched  # the wrappers import the factories, which import this
+
+        live = watched(one_pass(weakref.ref(self), self._val, self._passes, token), self.options, self.spec)
+        self._live, self._live_token = (live if self._keep else None), token
+        return live
+
+    def config(self) -> dict[str, Any]:
+        """What this loader is, for logs (Energon's ``config()``): its type, workers and the state's ``spec``
+        (datareel's, which says everything a restore must find unchanged; Energon describes its own wrappers)."""
+        config = self.worker_config
+        return {
+            "type": "SavableDataLoader",
+            "num_workers": config.num_workers,
+            "persistent_workers": bool(config.num_workers),
+            "worker_config": config.config(),
+            "spec": self.loader.state_dict()["spec"] if self.loader is not None else None,
+        }
+
+    def can_restore_sample(self) -> bool:
+        """Whether :meth:`restore_sample` can make a batch again from its key (:mod:`.loader_restore`)."""
+        return self._restorer is not None
+
+    def restore_sample(self, restore_key: Any) -> Any:
+        """The batch (a ``batch_size=None`` loader: the sample) whose ``__restore_key__`` is ``restore_key``,
+        made again: the same samples, randomness and encoding (:mod:`.loader_restore`)."""
+        if self._restorer is None:
+            raise OptionError("restore_sample: a val loader in Energon's order keeps no reel positions to restore")
+        return self._restorer.restore(restore_key)
+
+    def global_batches(self) -> Any:
+        """datareel's :meth:`~datareel.Loader.global_batches` (one group of micro-batches per optimizer step)
+        from the loader's position, after the restored states are agreed."""
+        loader = self._datareel("global_batches")
+        self._agree()
+        return (Group(group) for group in loader.global_batches())
+
+    def __len__(self) -> int:
+        """Batches this rank yields per pass (Energon's ``len``: its workers' shares summed)."""
+        return len(self._passes)
+
+    def close(self) -> None:
+        """Stop worker processes (also done when the loader is garbage-collected)."""
+        self._live = None
+        if self.loader is not None:
+            self.loader.close()
+        if self._val is not None:
+            self._val.close()
+
+    # -- state, Energon's calling conventions --------------------------------------------------------
+    def save_state_rank(self) -> dict[str, Any]:
+        if self._val is not None:  # Energon's val order: this rank's pass position, same topology (.val_state)
+            return val_state(self._val, self._passes, self.worker_config.rank, self.worker_config.world_size)
+        self._agree()
+        return self._datareel("save_state_rank").state_dict()
+
+    def restore_state_rank(self, state: Any) -> None:
+        if self._val is not None:
+            self._live = None
+            restore_val(self._val, self._passes, state, self.worker_config.rank, self.worker_config.world_size)
+            return
+        self._datareel("restore_state_rank")
+        old = energon_states(state)
+        if old is not None:  # megatron.energon's own state: adopt the rest of its epoch (datareel.energon.adopt)
+            if not isinstance(state, (list, tuple)) and self._in_group():  # gathered at the first iteration
+                self._restored, self._agreed = state, False
+                return
+            if not isinstance(state, (list, tuple)) and self.worker_config.world_size != 1:
+                raise ForeignStateError(
+                    "restore_state_rank: this is one rank's megatron.energon state; adopting needs every old rank's "
+                    "(each held different samples). Pass the list to restore_state_global on every rank: "
+                    "loader.restore_state_global(datareel.energon.read_energon_checkpoint(checkpoint_dir))"
+                )
+            self._restore(lambda: self._adopt_energon(old))
+            self._restored, self._agreed = None, True
+            return
+        state = one_state(state)
+        self._restore(lambda: self._load(state))
+        self._restored, self._agreed = state, False
+
+    def _in_group(self) -> bool:
+        """Whether restored states are agreed across a torch.distributed data-parallel group (see :meth:`_agree`)."""
+        loader = self._datareel("restore_state_rank")
+        return self.agree_restored_state and dist.initialised() and loader.world_size > 1
+
+    def _adopt_energon(self, states: list[Any]) -> None:
+        """Serve the rest of the epoch the megatron.energon job that saved ``states`` had not handed out, then
+        datareel's own order from the next epoch (:mod:`.adopt`)."""
+        adoption = adopt(states, setup_of(self.spec), shuffle=bool(self.spec.shuffle))
+        log.info(
+            "adopting a megatron.energon checkpoint of %d ranks x %d workers: %d samples of its epoch %d left",
+            adoption.old_world_size,
+            adoption.old_workers,
+            len(adoption.remainder),
+            adoption.epoch,
+        )
+        self._adopt(Adopted(self._base, adoption.remainder))
+
+    def _load(self, state: Any) -> None:
+        """Load a datareel state, over the adopted dataset it records if it records one."""
+        adopted = adopted_from_state(self._base, state)
+        if adopted is not None and adopted.fingerprint() != self._datareel("restore").dataset.fingerprint():
+            self._adopt(adopted)
+        elif adopted is None and isinstance(self._datareel("restore").dataset, Adopted):
+            self._adopt(self._base)  # a state from before an adoption: the plain dataset again
+        self._datareel("restore").load_state_dict(state, allow_batch_size_change=self._allow_change)
+
+    def _datareel(self, what: str) -> Loader:
+        if self.loader is None:
+            raise OptionError(
+                f"{what}: a val loader in Energon's order (get_val_dataset) keeps no datareel position (it has no "
+                f"global batches, and nothing to save or restore); Megatron does not checkpoint val loaders (every "
+                f"evaluation reads them afresh): save and restore the train loader"
+            )
+        return self.loader
+
+    def _agree(self) -> None:
+        """Collective, once after construction or a per-rank restore, at the first call that iterates,
+        saves or reads the position (every rank makes one): ranks that restored nothing adopt the state
+        the others restored; ranks that restored different states raise (:func:`.states.state_to_adopt`)."""
+        if self._agreed or self.loader is None:
+            return
+        self._agreed = True
+        loader = self.loader
+        everyone = gather_restored(self._restored, loader) if self.agree_restored_state else None
+        if everyone is None and self._restored is not None and energon_states(self._restored) is not None:
+            raise ForeignStateError(
+                "restore_state_rank: the other ranks' megatron.energon states could not be gathered (the data-"
+                "parallel group is not the whole torch.distributed world of this loader); pass every old rank's "
+                "state to restore_state_global: loader.restore_state_global(read_energon_checkpoint(dir))"
+            )
+        old = None if everyone is None else energon_ranks(everyone)
+        if old is not None:  # megatron.energon's per-rank states, one per old rank (Megatron's files)
+            self._restore(lambda: self._adopt_energon(old))
+            self._restored = None
+            return
+        adopt = state_to_adopt(self._restored, loader, everyone) if everyone is not None else None
+        if adopt is not None:
+            self._restore(lambda: self._load(adopt))
+            self._restored = adopt
+
+    def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
+        """Gathers (and checks) every rank's state; on ``global_dst_rank`` a list with one state per rank."""
+        if self._val is not None:  # each rank's own val position (.val_state), gathered as they are
+            return val_states(self.save_state_rank(), self.worker_config, global_dst_rank)
+        loader = self._datareel("save_state_global")
+        self._agree()
+        group = self.worker_config.data_parallel_group
+        dst = global_dst_rank
+        if torch_dist.is_available() and torch_dist.is_initialized() and group is not None:
+            dst = torch_dist.get_group_rank(group, global_dst_rank)
+        state = loader.save_state_global(dst_rank=dst)
+        return None if state is None else [state] * loader.world_size
+
+    def restore_state_global(self, state: Any, src_rank: int | None = None) -> None:
+        """``src_rank=None``: every rank passes the global state; else only ``src_rank`` does."""
+        if self._val is not None:
+            self.restore_state_rank(this_rank_val(state, self.worker_config, src_rank))
+            return
+        self._datareel("restore_state_global")
+        old = None if state is None else energon_states(state)
+        if old is not None:  # every old rank's megatron.energon state: adopt the rest of its epoch
+            self._restore(lambda: self._adopt_energon(old))
+            self._agreed = True
+            return
+        one = None if state is None else one_state(state, "restore_state_global")
+        if one is not None:
+            adopted = adopted_from_state(self._base, one)
+            if adopted is not None:
+                self._adopt(adopted)
+        self._restore(
+            lambda: self._datareel("restore_state_global").restore_state_global(
+                one, src_rank=src_rank, allow_batch_size_change=self._allow_change
+            )
+        )
+        self._agreed = True  # a collective restore leaves every rank at the same state
+
+    @property
+    def _allow_change(self) -> bool:
+        return self.spec.allow_batch_size_change
+
+    def _restore(self, restore: Any) -> None:
+        self._live = None  # a pass left early is not resumed from another position
+        if self._stream is not None:
+            self._stream.iterator = None
+        self._passes.rewind()  # limits and virtual epochs count afresh from the restored position
+        try:
+            restore()
+        except StateMismatchError as exc:
+            explained = batch_size_mismatch(exc, self.explicit_global)
+            if explained is not None:
+                raise explained from None
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        """The datareel Loader's (``cursor``, ``accumulation_steps``, ``global_batches``, ``close``, ...); what
+        reads the position first agrees the restored states (a collective: see :meth:`_agree`)."""
+        loader = self.__dict__.get("loader")
+        if name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        if loader is None:
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {name!r}: a val loader in Energon's order (get_val_dataset) "
+                f"has no datareel position"
+            )
+        if name not in _STATIC:
+            self._agree()
+        return getattr(loader, name)
+
+
+def _val_sources(spec: DatasetSpec, dataset: Any, encoder: ResolvedEncoder) -> list[Source] | None:
+    """The datasets read in Energon's val order, when it can be kept: a val spec over one dataset or a
+    concatenation of them, one output per sample (online packing and a generator encode_sample plan
+    their outputs in datareel's windowed stage, in datareel's order)."""
+    if not spec.val or spec.packing_buffer_size is not None or encoder.windowed:
+        return None
+    children = dataset.children if isinstance(dataset, Concat) else (dataset,)
+    return list(children) if all(isinstance(c, Source) for c in children) else None
