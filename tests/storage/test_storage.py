@@ -227,3 +227,19 @@ def test_an_etag_record_the_store_refuses_to_show_counts_as_absent():
     assert read_etags(Root(AccessDenied("s3://b/ds/.nv-meta/etags.json: access denied"))) == {}
     with pytest.raises(DatasetError, match="503"):
         read_etags(Root(DatasetError("s3://b/ds/.nv-meta/etags.json: 503")))
+
+
+def test_the_local_msc_profile_name_is_mscs_without_importing_msc():
+    """EPath names the local profile as MSC does, and importing it does not import MSC (~0.3 s a process)."""
+    import subprocess
+    import sys
+
+    from datareel.storage.epath import DEFAULT_PROFILE_NAME
+
+    msc = pytest.importorskip("multistorageclient.config")
+    assert msc.RESERVED_POSIX_PROFILE_NAME == DEFAULT_PROFILE_NAME
+    code = "import sys, datareel.storage.epath; print('multistorageclient' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
