@@ -254,7 +254,7 @@ def test_state_methods_and_refused_states(texts):
     assert take(loader, 3) == nxt
     old = iter(loader)
     loader.restore_state_rank(state)
-    with pytest.raises(DatareelError, match="made before its state was restored"):
+    with pytest.raises(DatareelError, match="made before restore_state_rank"):
         next(old)
     plain = den.get_loader(child(texts, "d0", 2, 2, wc()))
     with pytest.raises(ForeignStateError, match="loader over one dataset"):
