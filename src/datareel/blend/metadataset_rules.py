@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatasetError, check_keys
+from ..errors import DatasetError
+from ..sources.keys import check_keys
 from ..storage import join
 from ..storage.path import as_path
 

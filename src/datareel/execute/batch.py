@@ -33,24 +33,23 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import BatchError, DatasetChangedError, OptionError, StorageError, is_skip, sample_failure
-from ..plan.rng import DOMAIN_POST, DOMAIN_SUBSTITUTE
+from ..errors import BatchError, OptionError, StorageError, sample_failure
+from ..plan.rng import DOMAIN_POST
 from ..reel.base import Descriptor
 from ..sources.base import Sample, Source
-from ..sources.source_info import failure_records, note_records
 from .ahead import Lookahead
 from .columnar import batch_from_columns, columnar
 from .encoder import ResolvedEncoder
 from .options import ON_ERROR, ExecOptions
 from .randomness import sample_context
-from .threads import Outcome, ThreadMap, planned_stages
+from .sample_policy import SUBSTITUTE_ATTEMPTS, SamplePolicy
+from .threads import ThreadMap, planned_stages
 
 __all__ = ["ON_ERROR", "SUBSTITUTE_ATTEMPTS", "BatchMaker", "ExecOptions"]  # ExecOptions: its import path before
 log = logging.getLogger("datareel")
-SUBSTITUTE_ATTEMPTS = 16
 
 
-class BatchMaker(Dataset):
+class BatchMaker(SamplePolicy, Dataset):
     """The map-style dataset DataLoader workers index with descriptors."""
 
     def __init__(self, sources: Sequence[Source], encoder: ResolvedEncoder, options: ExecOptions):
@@ -98,78 +97,6 @@ class BatchMaker(Dataset):
         reseed = self.options.reseed_global or "postencode_sample" in self.encoder.reseeds
         with sample_context(self.options.seed, (position << 32) | output, reseed_global=reseed, domain=DOMAIN_POST):
             return self.encoder.post(sample)
-
-    def sample(self, position: int, source_id: int, index: int, made: Outcome | None = None) -> Any:
-        """The sample at ``position`` under the error policy (``made``: its first attempt, made by a thread)."""
-        try:
-            return self._attempt(position, source_id, index) if made is None else made.get()
-        except Exception as exc:
-            if not sample_failure(exc):  # the machine, the store or the dataset: never substituted or handled
-                raise self.refused(position, source_id, index, exc) from exc
-            where = self._where(position, source_id, index)
-            skip = is_skip(exc)  # outside the windowed stage a skip cannot shorten the reel: substitute
-            if self.options.handler is not None and not skip:
-                # Energon's handler: told first.  If it raises, its own exception stops the loader (as in
-                # Energon, and as the windowed stage's planner does): the user chose that type to catch.
-                try:
-                    # where it was read (SourceInfo records), for handlers that report it (Energon's `sources`)
-                    note_records(exc, failure_records(exc, self.sources[source_id], index))
-                    self.options.handler(exc, self._key(source_id, index))
-                except Exception as raised:
-                    raised._datareel_from_handler = True  # type: ignore[attr-defined]  # __getitem__ lets it by
-                    raise
-            if self.options.on_error == "raise" and not skip:
-                raise BatchError(f"{where} failed: {exc}") from exc
-            n = len(self.sources[source_id])
-            rng = np.random.Generator(
-                np.random.PCG64(np.random.SeedSequence([DOMAIN_SUBSTITUTE, self.options.seed, position]))
-            )
-            for _ in range(SUBSTITUTE_ATTEMPTS if n > 1 else 0):
-                candidate = (index + 1 + int(rng.integers(0, n - 1))) % n
-                try:
-                    sample = self._attempt(position, source_id, candidate)
-                except Exception as other:
-                    if not sample_failure(other):  # no substitute is made from a failing environment either
-                        raise self.refused(position, source_id, candidate, other) from other
-                    continue
-                log.warning(
-                    "%s %s (%r); substituted sample index %d of the same source",
-                    where,
-                    "was skipped" if skip else "failed",
-                    exc,
-                    candidate,
-                )
-                return sample
-            raise BatchError(
-                f"{where} failed: {exc}; and no substitute among {SUBSTITUTE_ATTEMPTS} candidates "
-                f"of the same source worked"
-            ) from exc
-
-    def refused(self, position: int, source_id: int, index: int, exc: BaseException) -> Exception:
-        """The error that stops the run for a failure that is not the sample's (see
-        :func:`~datareel.errors.sample_failure`): a :class:`BatchError` for a shard that changed since it was
-        prepared (as before: the micro-batch counts as consumed), else a :class:`StorageError` (it does not:
-        ``iter(loader)`` makes it again once the cause is fixed). Its key is not read: that may fail alike."""
-        if isinstance(exc, DatasetChangedError):
-            return BatchError(f"{self._where(position, source_id, index)} failed: {exc}")
-        return StorageError(
-            f"{self.place(position, source_id, index)} failed: {type(exc).__name__}: {exc} (a failure of the "
-            f"machine or the store, not of the sample: it is neither substituted nor given to an error handler)"
-        )
-
-    def place(self, position: int, source_id: int, index: int) -> str:
-        """Where a sample is, without reading it: its index, its source and its reel position."""
-        return f"sample index {index} of source {self.sources[source_id].name!r} at reel position {position}"
-
-    def _key(self, source_id: int, index: int) -> str:
-        try:
-            return self.sources[source_id].key(index)
-        except Exception:
-            return "?"
-
-    def _where(self, position: int, source_id: int, index: int) -> str:
-        key, name = self._key(source_id, index), self.sources[source_id].name
-        return f"sample {key!r} (index {index}) of source {name!r} at reel position {position}"
 
     # -- one micro-batch --------------------------------------------------------------------------
     def __getitem__(self, desc: Descriptor) -> Any:

@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from ..errors import DatasetError, RepeatedKey
-from ..errors import _short as _short
-from ..errors import check_keys as check_keys
+from ..sources.keys import _short as _short
+from ..sources.keys import check_keys as check_keys
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]

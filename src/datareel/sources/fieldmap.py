@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DatasetError, check_keys
+from ..errors import DatasetError
 from .dataset_code import REFUSAL, DatasetCode, dataset_code
+from .keys import check_keys
 from .typed import SAMPLE_CLASSES, type_fields
 
 # type name -> (required fields, optional fields)

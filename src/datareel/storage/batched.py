@@ -11,12 +11,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..errors import DatasetError
-
-if TYPE_CHECKING:
-    from .object_store import ObstoreClient
+from .object_store import ObstoreClient
+from .ranges import gets_of
 
 T = TypeVar("T")
 
@@ -31,6 +30,12 @@ class RemoteFiles(Protocol):
 
     def _count_requests(self, n: int) -> None: ...
 
+    def _resolve(self, url: str) -> tuple[Any, str]: ...
+
+    def read_range(self, path: str, start: int, stop: int) -> bytes: ...
+
+    concurrency: int
+
     def failed(
         self, url: str, what: str, client: Any, exc: Exception, attempt: int, started: float, deadline: bool
     ) -> float: ...
@@ -38,7 +43,7 @@ class RemoteFiles(Protocol):
 
 log = logging.getLogger("datareel")
 Get = tuple[int, int, list[tuple[int, int]]]  # one GET: start, stop, the ranges it holds
-Call = tuple[str, "ObstoreClient", str, list[Get]]  # one batched call: url, client, key, its GETs
+Call = tuple[str, ObstoreClient, str, list[Get]]  # one batched call: url, client, key, its GETs
 
 
 class Budget:
@@ -92,3 +97,38 @@ def _tried(files: RemoteFiles, budget: Budget, call: Call) -> list[bytes]:
             budget.give(len(spans))
         log.debug("%s: %s failed; retry %d in %.2f s", url, what, attempt, wait)
         time.sleep(wait)
+
+
+def read_ranges(files: RemoteFiles, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes]:
+    """Many ranges ``(url, start, stop)`` at once, for one micro-batch: ranges of one object close
+    together are fetched by one GET (:func:`coalesce`); an obstore object's GETs by one batched call
+    (``get_ranges``, several calls where it has more GETs than :func:`concurrency`), an MSC object's on
+    this process's threads; at most :func:`concurrency` GETs in flight, each call with the retry
+    policy. Ranges whose GET failed are left out (nothing is raised here): the caller reads each of
+    those alone, with its own retries, and reports a failure for exactly that sample, as without
+    prefetching."""
+    by_url: dict[str, list[tuple[int, int]]] = {}
+    for url, start, stop in set(wanted):
+        if stop > start:
+            by_url.setdefault(url, []).append((start, stop))
+    batched: list[tuple[str, ObstoreClient, str, list[tuple[int, int, list[tuple[int, int]]]]]] = []
+    jobs: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # one GET each: url, start, stop, its ranges
+    for url, ranges in by_url.items():
+        found = files._resolve(url)  # a URL no profile resolves fails here, once
+        client, key = found or (None, "")
+        gets = gets_of(ranges)
+        if isinstance(client, ObstoreClient):
+            for i in range(0, len(gets), min(files.concurrency, 10)):  # obstore runs <= 10 of a call at once
+                batched.append((url, client, key, gets[i : i + min(files.concurrency, 10)]))
+        else:
+            jobs.extend((url, first, end, members) for first, end, members in gets)
+    out: dict[tuple[str, int, int], bytes] = {}
+    if batched:
+        fetch_batched(files, batched, out)
+    for (url, first, _, members), got in zip(jobs, files.each(lambda job: files.read_range(*job[:3]), jobs)):
+        if isinstance(got, DatasetError):
+            log.debug("prefetching %d ranges of %s failed (%s); they are read one by one", len(members), url, got)
+            continue
+        for start, stop in members:
+            out[url, start, stop] = got[start - first : stop - first]
+    return out

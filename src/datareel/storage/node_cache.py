@@ -1,17 +1,16 @@
 """A node-local cache of byte blocks read from buckets: one bounded directory per node, shared by every rank
 and DataLoader worker on it, so a block of a shard is fetched once per node.
 
-A block is ``(url, ETag, start, stop)`` (:class:`BlockKey`): bytes ``[start, stop)`` of the object at ``url``
-as it was when its ETag was read.  Each block is one file, named by a digest of its key and holding a
-header (the key, the payload's length and CRC-32) then the bytes (:mod:`.block_files`: the format and the
-file locks).  It is written to a temporary file and
-renamed into place, so a reader sees a whole file or none; a file whose header, size or checksum disagrees
-with the key asked for (a crash of the machine, a hand edit, a digest collision) is refused, removed and
-fetched again.  Two processes that miss the same block at once agree through a lock file (``flock``): the
-one holding it fetches and stores, the other waits (at most :data:`WAIT` seconds) and reads the file, or
-fetches itself if there is none (the holder died: its lock went with it).  The directory is kept to its
-limit by removing the least recently used blocks (a read touches a block's modification time); each process
-looks at the directory again after writing 1/64 of the limit, so it stays near the limit with many writers.
+A block is ``(url, ETag, start, stop)`` (:class:`BlockKey`): bytes ``[start, stop)`` of the object at ``url`` as it
+was when its ETag was read.  Each block is one file, named by a digest of its key and holding a header (the key, the
+payload's length and CRC-32) then the bytes (:mod:`.block_files`: the format and the file locks).  It is written to
+a temporary file and renamed into place, so a reader sees a whole file or none; a file whose header, size or
+checksum disagrees with the key asked for (a crash of the machine, a hand edit, a digest collision) is refused,
+removed and fetched again.  Two processes that miss the same block at once agree through a lock file (``flock``):
+the one holding it fetches and stores, the other waits (at most :data:`WAIT` seconds) and reads the file, or fetches
+itself if there is none (the holder died: its lock went with it).  The directory is kept to its limit by removing
+the least recently used blocks (a read touches a block's modification time); each process looks at the directory
+again after writing 1/64 of the limit, so it stays near the limit with many writers.
 
 ``DATAREEL_NODE_CACHE``: the directory (default ``<tempdir>/datareel-blocks-<uid>``, mode 0700), or ``off``.
 It outlives every process on purpose (the next run on the node reads its blocks from it), bounded by its limit;

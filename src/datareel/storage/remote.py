@@ -31,9 +31,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import AccessDenied, DatasetError, NotFound, StorageError
+from ..errors import DatasetError, NotFound
+from ..errors import StorageError as StorageError
 from .base import StoreFiles
-from .batched import Budget, fetch_batched
+from .batched import Budget, read_ranges
 from .msc import _BOTOCORE_PROVIDERS as _BOTOCORE_PROVIDERS
 from .msc import MscClient, _profile_and_path, make_client
 from .msc import _status as _status
@@ -48,11 +49,11 @@ from .object_store import (
     say_forked_fallback,
 )
 from .objects import ObjectInfo, ObjectStat
-from .ranges import COALESCE_GAP, COALESCE_LIMIT, coalesce, concurrency, gets_of
+from .ranges import COALESCE_GAP, COALESCE_LIMIT, coalesce, concurrency
 from .retry import ENV_ATTEMPTS as ENV_ATTEMPTS
 from .retry import ENV_DEADLINE as ENV_DEADLINE
 from .retry import ENV_TIMEOUT as ENV_TIMEOUT
-from .retry import Retry
+from .retry import Retry, verdict
 from .retry import _seconds as _seconds
 from .schemes import scheme_of
 
@@ -175,26 +176,8 @@ class RemoteFiles(StoreFiles):
         self, url: str, what: str, client: Client, exc: Exception, attempt: int, started: float, deadline: bool
     ) -> float:
         """After failed try ``attempt`` (1-based) of ``what`` on ``url``: the seconds to wait before the next,
-        or the :class:`~datareel.errors.StorageError` (raised) that ends the tries."""
-        if isinstance(exc, FileNotFoundError):
-            raise NotFound(f"{url} does not exist ({what})") from None
-        if isinstance(exc, PermissionError):
-            raise AccessDenied(f"{url}: access denied ({what}): {describe(exc)}; check the credentials") from None
-        retry = self.retry
-        limit = retry.deadline if deadline else None
-        elapsed, wait = time.monotonic() - started, retry.delay(attempt - 1)
-        late = limit is not None and elapsed + wait + retry.connect_timeout + retry.read_timeout > limit
-        if not client.transient(exc):
-            raise StorageError(f"{url}: {what} failed: {type(exc).__name__}: {describe(exc)}") from exc
-        if attempt == retry.attempts or late:
-            why = f"another try could end after the {limit:g} s deadline" if late and limit else "no tries left"
-            raise StorageError(
-                f"{url}: {what} failed after {attempt} {'try' if attempt == 1 else 'tries'} in "
-                f"{elapsed:.1f} s ({why}): {type(exc).__name__}: {describe(exc)}; check that the store answers at "
-                f"this endpoint (AWS_ENDPOINT_URL or the MSC profile) and the network, or wait longer with "
-                f"{retry.settings()}"
-            ) from exc
-        return wait
+        or the :class:`~datareel.errors.StorageError` (raised) that ends the tries (:func:`.retry.verdict`)."""
+        return verdict(self.retry, url, what, client.transient(exc), describe(exc), exc, attempt, started, deadline)
 
     def stat(self, path: str) -> ObjectStat:
         """The store's own answer on ``path`` (an object or a prefix), last change included; asked anew each time."""
@@ -219,38 +202,9 @@ class RemoteFiles(StoreFiles):
         return self._call(path, f"reading bytes [{start}, {stop})", lambda c, key: c.read_range(key, start, stop))
 
     def read_ranges(self, wanted: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int, int], bytes]:
-        """Many ranges ``(url, start, stop)`` at once, for one micro-batch: ranges of one object close
-        together are fetched by one GET (:func:`coalesce`); an obstore object's GETs by one batched call
-        (``get_ranges``, several calls where it has more GETs than :func:`concurrency`), an MSC object's on
-        this process's threads; at most :func:`concurrency` GETs in flight, each call with the retry
-        policy. Ranges whose GET failed are left out (nothing is raised here): the caller reads each of
-        those alone, with its own retries, and reports a failure for exactly that sample, as without
-        prefetching."""
-        by_url: dict[str, list[tuple[int, int]]] = {}
-        for url, start, stop in set(wanted):
-            if stop > start:
-                by_url.setdefault(url, []).append((start, stop))
-        batched: list[tuple[str, ObstoreClient, str, list[tuple[int, int, list[tuple[int, int]]]]]] = []
-        jobs: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # one GET each: url, start, stop, its ranges
-        for url, ranges in by_url.items():
-            found = self._resolve(url)  # a URL no profile resolves fails here, once
-            client, key = found or (None, "")
-            gets = gets_of(ranges)
-            if isinstance(client, ObstoreClient):
-                for i in range(0, len(gets), min(self.concurrency, 10)):  # obstore runs <= 10 of a call at once
-                    batched.append((url, client, key, gets[i : i + min(self.concurrency, 10)]))
-            else:
-                jobs.extend((url, first, end, members) for first, end, members in gets)
-        out: dict[tuple[str, int, int], bytes] = {}
-        if batched:
-            fetch_batched(self, batched, out)
-        for (url, first, _, members), got in zip(jobs, self.each(lambda job: self.read_range(*job[:3]), jobs)):
-            if isinstance(got, DatasetError):
-                log.debug("prefetching %d ranges of %s failed (%s); they are read one by one", len(members), url, got)
-                continue
-            for start, stop in members:
-                out[url, start, stop] = got[start - first : stop - first]
-        return out
+        """Many ranges ``(url, start, stop)`` at once, for one micro-batch (:func:`.batched.read_ranges`); ranges
+        whose GET failed are left out: the caller reads each alone, with its own retries and errors."""
+        return read_ranges(self, wanted)
 
     def each(self, call: Callable[[Any], T], items: Sequence[Any]) -> list[T | DatasetError]:
         """``call(item)`` for every item, :func:`concurrency` at a time on this process's threads, in order;

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OptionError, check_int
+from ..errors import AccessDenied, NotFound, OptionError, StorageError, check_int
 
 #: The environment variables :meth:`Retry.from_env` reads (a DataLoader worker inherits them).
 ENV_ATTEMPTS = "DATAREEL_REMOTE_ATTEMPTS"
@@ -98,3 +99,37 @@ def _seconds(value: Any, name: str, *, minimum: float, maximum: float = 600) -> 
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not minimum <= number <= maximum:
         raise OptionError(f"{name} is {value!r}; it must be a number of seconds from {minimum:g} to {maximum:g}")
     return float(number)
+
+
+def verdict(
+    retry: Retry,
+    url: str,
+    what: str,
+    transient: bool,
+    described: str,
+    exc: Exception,
+    attempt: int,
+    started: float,
+    deadline: bool,
+) -> float:
+    """After failed try ``attempt`` (1-based) of ``what`` on ``url`` (``transient``: the client's judgement of
+    ``exc``, ``described``: its text): the seconds to wait before the next try under ``retry`` (``deadline``:
+    within :attr:`Retry.deadline`), or the :class:`~datareel.errors.StorageError` (raised) that ends the tries."""
+    if isinstance(exc, FileNotFoundError):
+        raise NotFound(f"{url} does not exist ({what})") from None
+    if isinstance(exc, PermissionError):
+        raise AccessDenied(f"{url}: access denied ({what}): {described}; check the credentials") from None
+    limit = retry.deadline if deadline else None
+    elapsed, wait = time.monotonic() - started, retry.delay(attempt - 1)
+    late = limit is not None and elapsed + wait + retry.connect_timeout + retry.read_timeout > limit
+    if not transient:
+        raise StorageError(f"{url}: {what} failed: {type(exc).__name__}: {described}") from exc
+    if attempt == retry.attempts or late:
+        why = f"another try could end after the {limit:g} s deadline" if late and limit else "no tries left"
+        raise StorageError(
+            f"{url}: {what} failed after {attempt} {'try' if attempt == 1 else 'tries'} in "
+            f"{elapsed:.1f} s ({why}): {type(exc).__name__}: {described}; check that the store answers at "
+            f"this endpoint (AWS_ENDPOINT_URL or the MSC profile) and the network, or wait longer with "
+            f"{retry.settings()}"
+        ) from exc
+    return wait

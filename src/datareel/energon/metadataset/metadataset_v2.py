@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...blend.join import prepare_joins
-from ...blend.metadataset import _legacy_entry as legacy_entry
+from ...blend.metadataset_files import legacy_entry
 from ...errors import DatasetError
 from ...formats.metafiles import load_file
 from ...storage.epath import EPath

@@ -20,12 +20,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import DatasetError, OptionError
-from ...sources.base import Sample, Source, file_check
+from ...sources.base import Source, file_check
 from ...sources.dataset_code import DatasetCode
 from ...sources.fieldmap import TypedFields, typed_fields
 from ...sources.index_files import sample_range
-from ...sources.source_info import SourceInfo, dataset_path, make_source_info
-from ...sources.typed import SAMPLE_CLASSES
 from ...storage import HandleCache, files_for
 from ...storage.path import as_path
 from . import meta
@@ -35,6 +33,7 @@ from .decode import PartDecoder
 from .explain import unprepared
 from .members import group
 from .naming import content_name
+from .samples import SampleMaking
 from .shards import ShardReads
 from .splits import read_split
 from .tarparse import iter_members, plain_members
@@ -43,7 +42,7 @@ READ_MANY_BYTES = 32 << 20
 """Bytes :meth:`WebDatasetSource.read_many` reads at most at once (big samples: video, large images)."""
 
 
-class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
+class WebDatasetSource(SampleMaking, ShardReads, BlockReads, ColumnReads, Source):
     """One split of an Energon-prepared dataset directory.
 
     For ``CrudeWebdataset`` a sample is a dict of its parts decoded by extension
@@ -268,49 +267,6 @@ class WebDatasetSource(ShardReads, BlockReads, ColumnReads, Source):
             except Exception:
                 continue  # mixed keys, a part twice, a part that does not decode: read() raises it
         return out
-
-    def _sample(self, s: int, local: int, key: str, parts: dict[str, bytes], where: str) -> Any:
-        """Sample ``local`` of shard ``s`` from its key and part bytes: decoded, typed or crude."""
-        decode = self.decoder
-        head = {"__key__": key, "__restore_key__": ("Webdataset", self.shards[s], local)}
-        sources = self._sources(s, local, key, parts)
-        if isinstance(self.typed, DatasetCode):  # the dataset's trusted sample_loader (it may rename __key__)
-            raw = {**head, "__sources__": sources}
-            fields = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), raw)
-            head["__key__"] = fields.pop("__key__", key)
-            cls = SAMPLE_CLASSES[self.typed.sample_type]
-            return cls(**head, __subflavors__=dict(self.subflavors), __sources__=sources, **fields)
-        if self.typed is not None:
-            fields = self.typed.build(parts, (lambda p, d: decode(p, d, where)) if decode else (lambda p, d: d), where)
-            cls = SAMPLE_CLASSES[self.typed.sample_type]
-            return cls(**head, __subflavors__=dict(self.subflavors), __sources__=sources, **fields)
-        if decode is not None:
-            return Sample(
-                head,
-                **{part: decode(part, data, where) for part, data in parts.items()},
-                __subflavors__=dict(self.subflavors),
-                __sources__=sources,
-            )
-        return Sample(head, **parts, __subflavors__=dict(self.subflavors), __sources__=sources)
-
-    def source_info(self, index: int) -> tuple[SourceInfo]:
-        """The record of sample ``index``'s read, from its members alone (nothing decoded)."""
-        s, local = self.locate(index)
-        key, parts, _ = self._read_raw(s, local)
-        return self._sources(s, local, key, parts)
-
-    def _sources(self, s: int, local: int, key: str, parts: dict[str, bytes]) -> tuple[SourceInfo]:
-        """The record of this read (Energon's): the dataset, the sample's split index (excluded samples
-        counted), its shard and the members read (a typed sample's: the parts its field map names)."""
-        path = self._dataset_path
-        if path is None:  # once per process: an EPath costs ~0.1 ms to make
-            path = self._dataset_path = dataset_path(self.root)
-        wanted = self._typed_parts
-        if wanted is None:
-            names = tuple([f"{key}.{part}" for part in parts])
-        else:
-            names = tuple([f"{key}.{part}" for part in parts if part in wanted])
-        return (make_source_info(path, self._first[s] + local, self.shards[s], names),)
 
     def describe(self) -> dict[str, Any]:
         return {
