@@ -240,6 +240,8 @@ def test_the_local_msc_profile_name_is_mscs_without_importing_msc():
     assert msc.RESERVED_POSIX_PROFILE_NAME == DEFAULT_PROFILE_NAME
     code = "import sys, datareel.storage.epath; print('multistorageclient' in sys.modules)"
     assert (
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        ).stdout.strip()
         == "False"
     )
