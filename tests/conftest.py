@@ -119,3 +119,42 @@ def _session_temp_dir(tmp_path_factory):
 def leftovers(folder: Path) -> list[str]:
     """The entries of ``folder`` nobody should have left there (all but :data:`KEPT`), sorted."""
     return sorted(p.name for p in folder.iterdir() if not p.name.startswith(KEPT))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _energon_workers_stopped_at_once():
+    """megatron.energon's savable loader (the reference many tests run beside ours) keeps a non-daemon command
+    thread in each worker that ends only on its own ``(None,)`` command, which torch's worker shutdown does not
+    send: each worker outlives torch's 5-s join and torch then terminates it (10 s per loader with 2 workers, most
+    of the time of the tests that run it).  For Energon's savable loaders only, this terminates the workers at
+    the start of torch's shutdown instead of after its timeout, the outcome torch reaches anyway (their pids
+    first leave torch's SIGCHLD watch, as torch does before its own terminate).  Loaders of datareel are not
+    touched: a slow shutdown of ours still shows.  Only the process that started the workers acts: a worker of
+    another loader, forked while this iterator lived, may collect its copy of it."""
+    try:
+        from megatron.energon.savable_loader import SavableDatasetWrapper
+    except ImportError:
+        yield
+        return
+    from torch.utils.data import _utils
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    original = _MultiProcessingDataLoaderIter._shutdown_workers
+
+    def shutdown_workers(self):
+        energons = isinstance(getattr(self, "_dataset", None), SavableDatasetWrapper)
+        # only in the process that started the workers: a process forked from it (a worker of another loader)
+        # that collects its copy of this iterator must not signal them
+        if energons and not self._shutdown and all(w._parent_pid == os.getpid() for w in self._workers):
+            if self._worker_pids_set:
+                _utils.signal_handling._remove_worker_pids(id(self))
+                self._worker_pids_set = False
+            for worker in self._workers:
+                worker.terminate()
+        original(self)
+
+    _MultiProcessingDataLoaderIter._shutdown_workers = shutdown_workers
+    try:
+        yield
+    finally:
+        _MultiProcessingDataLoaderIter._shutdown_workers = original
