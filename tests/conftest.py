@@ -20,6 +20,7 @@ workers"`` stays in one process.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing.process
 import os
 import tempfile
@@ -43,6 +44,17 @@ def _recording_start(self: multiprocessing.process.BaseProcess) -> None:
 
 
 multiprocessing.process.BaseProcess.start = _recording_start  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before each test, what earlier tests left is collected and the rest (modules imported so far, torch,
+    megatron.energon, session fixtures) is moved out of the collector's reach with :func:`gc.freeze`: each
+    ``gc.collect()`` inside a test (Energon's loaders, and the facade's like them, run one every 10 batches by
+    default) then walks only what that test made, not the session's few hundred thousand objects (0.12 s a
+    collection before, 2 s of a 2-s test).  Cyclic garbage of a test is collected before the next one starts."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(wrapper=True)
