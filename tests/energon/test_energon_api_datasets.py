@@ -8,6 +8,7 @@ items in Energon's order (a dataset read with ``training=False``), ``len`` count
 
 from __future__ import annotations
 
+import gc
 import time
 import warnings
 from unittest.mock import patch
@@ -18,11 +19,13 @@ import torch
 
 from datareel import energon as den
 from datareel.energon import dataset_config as den_config
+from datareel.energon import savable_loader as _den_savable  # noqa: F401  (den.savable_loader)
 from datareel.energon.wrappers.watchdog_dataset import WatchdogDataset
 from datareel.errors import OptionError
 
 me = pytest.importorskip("megatron.energon")
 from megatron.energon import dataset_config as me_config  # noqa: E402
+from megatron.energon import savable_loader as _me_savable  # noqa: E402,F401  (me.savable_loader)
 from test_energon_api_types import captions  # noqa: E402,F401  (the prepared dataset fixture)
 
 
@@ -120,3 +123,42 @@ def test_blend_and_mix_batch_datasets_make_elastic_loaders(captions):  # noqa: F
     assert len(next(iter(blend)).__key__) == 2 and blend.save_state_rank()["unit"] == 1
     mixed = den.get_loader(den.MixBatchDataset((a, 1), (a, 2), batch_size=4, worker_config=wc))
     assert [len(b.__key__) for b in next(iter(mixed))] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("freeze", [True, False, None])
+def test_gc_freeze_at_start_freezes_the_heap_for_a_pass_as_energon_does(texts, freeze):
+    """``gc_collect_every_n_steps`` with ``gc_freeze_at_start`` (Energon's default: True): what is alive when a
+    pass starts is frozen for the pass (each collection then walks only what the pass made) and unfrozen after;
+    False collects the whole heap each time.  Observed in the task encoder (main process, no workers) and after
+    the loop, beside megatron.energon's own loader; a value that is not a bool is refused by name."""
+
+    def observed(lib):
+        seen = []
+
+        class Frozen(lib.DefaultTaskEncoder):
+            def encode_batch(self, batch):
+                seen.append(gc.get_freeze_count() > 0)
+                return batch
+
+        wc = lib.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = lib.get_train_dataset(
+            str(texts), worker_config=wc, batch_size=4, shuffle_buffer_size=None, max_samples_per_sequence=None,
+            task_encoder=Frozen(),
+        )  # fmt: skip
+        kw = {} if freeze is None else {"gc_freeze_at_start": freeze}
+        gc.unfreeze()  # the session froze what the earlier tests left (tests/conftest.py)
+        loader = lib.savable_loader.BasicDataLoader(ds, gc_collect_every_n_steps=2, watchdog_timeout_seconds=None, **kw)
+        for _, _batch in zip(range(6), loader):
+            pass
+        gc.collect()  # the loop's generator closed: its `finally` ran
+        return seen, gc.get_freeze_count() > 0
+
+    theirs, ours = observed(me), observed(den)
+    assert ours == theirs
+    assert ours[0] == [freeze is not False] * 6 and ours[1] is False
+    wc = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = den.get_train_dataset(
+        str(texts), worker_config=wc, batch_size=4, shuffle_buffer_size=None, max_samples_per_sequence=None
+    )
+    with pytest.raises(OptionError, match=r"gc_freeze_at_start='yes' must be True or False"):
+        den.get_loader(ds, gc_freeze_at_start="yes")

@@ -30,6 +30,7 @@ class LoaderOptions:
     watchdog_initial_timeout_seconds: float | None = None
     fail_on_timeout: bool = False
     gc_collect_every_n_steps: int = 0  # a gc.collect() in the main process every n batches (0: never)
+    gc_freeze_at_start: bool = True  # gc.freeze() before a pass that collects, gc.unfreeze() after it
 
     @classmethod
     def of(cls, kwargs: dict[str, Any], where: str, gc_default: int) -> tuple[LoaderOptions, Any]:
@@ -56,6 +57,11 @@ class LoaderOptions:
                 values[name] = value
         if "fail_on_timeout" in kwargs:
             values["fail_on_timeout"] = bool(kwargs.pop("fail_on_timeout"))
+        if "gc_freeze_at_start" in kwargs:
+            freeze = kwargs.pop("gc_freeze_at_start")
+            if not isinstance(freeze, bool):
+                raise OptionError(f"{where}: gc_freeze_at_start={freeze!r} must be True or False; pass one of them")
+            values["gc_freeze_at_start"] = freeze
         gc_every = kwargs.pop("gc_collect_every_n_steps", gc_default)
         values["gc_collect_every_n_steps"] = check_int(gc_every, "gc_collect_every_n_steps", minimum=0, where=where)
         if kwargs:

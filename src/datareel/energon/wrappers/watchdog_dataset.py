@@ -49,7 +49,10 @@ class WatchdogDataset:
 
 def watched(items: Iterator[Any], options: Any, spec: Any) -> Iterator[Any]:
     """One pass of a facade loader under its options: the watchdog on each ``next()``, and a
-    ``gc.collect()`` every ``gc_collect_every_n_steps`` batches (Energon's loader's)."""
+    ``gc.collect()`` every ``gc_collect_every_n_steps`` batches (Energon's loader's).  With
+    ``gc_freeze_at_start`` (Energon's default) what is alive when the pass starts is collected once and frozen
+    (:func:`gc.freeze`) for the pass, so each collection walks only what the pass made, not the training
+    process's whole heap (0.12 s a collection in a test session's heap, 0.1 ms frozen)."""
     if options.watchdog_timeout_seconds is not None:
         dog = WatchdogDataset(
             spec,
@@ -60,11 +63,18 @@ def watched(items: Iterator[Any], options: Any, spec: Any) -> Iterator[Any]:
         )
         items = dog.watch(items)
     every = options.gc_collect_every_n_steps
-    return _collecting(items, every) if every else items
+    return _collecting(items, every, options.gc_freeze_at_start) if every else items
 
 
-def _collecting(items: Iterator[Any], every: int) -> Iterator[Any]:
-    for n, item in enumerate(items, 1):
-        yield item
-        if n % every == 0:
-            gc.collect()
+def _collecting(items: Iterator[Any], every: int, freeze: bool) -> Iterator[Any]:
+    if freeze:
+        gc.collect()
+        gc.freeze()
+    try:
+        for n, item in enumerate(items, 1):
+            yield item
+            if n % every == 0:
+                gc.collect()
+    finally:
+        if freeze:
+            gc.unfreeze()
