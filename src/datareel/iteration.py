@@ -55,6 +55,7 @@ class Driver:
         """A new iterator from the current run (older ones stop working)."""
         self.run.check_sizes()  # before any data moves: every batch ahead is whole micro-steps
         self.generation += 1
+        self._retire()
         return LoaderIterator(self, self.generation)
 
     def advance(self, cursor: Cursor) -> None:
@@ -65,6 +66,18 @@ class Driver:
         """Continue from ``run`` (a restored state); iterators made before stop working."""
         self.generation += 1
         self.run = run
+        self._retire()
+
+    def _retire(self) -> None:
+        """Stop the worker processes of the iterators that now refuse (made before a restore or a newer
+        ``iter()``) at once, not whenever the garbage collector finds them: one left in a reference cycle
+        stalled the collection that found it by torch's 5-s join per worker (its queues are finalized first,
+        so its workers never hear the stop).  Persistent workers (torch's kept iterator) serve the next
+        iteration and stay."""
+        kept = getattr(self.dataloader, "_iterator", None)
+        for iterator in list(self.iterators):
+            if iterator.generation != self.generation and iterator.inner is not kept:
+                iterator.stop_workers()
 
     def start(self, queue: CursorQueue) -> Any:
         """The DataLoader iterator of a new iteration from the current run, its cursors going to ``queue``."""
@@ -111,6 +124,13 @@ def answer_from_run(name: str, doc: str | None = None) -> Any:
     return property(lambda self: getattr(self._driver.run, name), doc=doc or answer.__doc__)
 
 
+def _stop_torch_iterator(inner: Any) -> None:
+    shutdown = getattr(inner, "_shutdown_workers", None)  # torch's multi-process iterator
+    if shutdown is not None:
+        with contextlib.suppress(Exception):
+            shutdown()
+
+
 class LoaderIterator:
     """One pass over the loader from its cursor at creation; moves the cursor on each hand-out.
 
@@ -129,6 +149,14 @@ class LoaderIterator:
         self.inner = driver.start(self.queue)
         self.workers = hasattr(self.inner, "_workers")  # torch's multi-process iterator
         driver.iterators.add(self)
+        # An iterator dropped inside a reference cycle: the collector finalizes torch's queues before torch's
+        # iterator can tell its workers to stop, and each worker then cost a 5-s join and a SIGTERM.  This
+        # finalizer holds torch's iterator out of the cycle and stops its workers while its queues still work.
+        # Persistent workers (torch's kept iterator) serve the next iteration and are not stopped here.
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        if self.workers and self.inner is not getattr(driver.dataloader, "_iterator", None):
+            self._finalizer = weakref.finalize(self, _stop_torch_iterator, self.inner)
+            self._finalizer.atexit = False  # at exit torch's own hooks stop them
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -136,10 +164,9 @@ class LoaderIterator:
     def stop_workers(self) -> None:
         """Stop this iterator's worker processes now, not whenever the garbage collector finds it (a
         process forked meanwhile would inherit the iterator and complain when it collects it)."""
-        shutdown = getattr(self.inner, "_shutdown_workers", None)  # torch's multi-process iterator
-        if shutdown is not None:
-            with contextlib.suppress(Exception):
-                shutdown()
+        _stop_torch_iterator(self.inner)
+        if self._finalizer is not None:
+            self._finalizer.detach()
         self.inner = iter(())
 
     def __next__(self) -> Any:
