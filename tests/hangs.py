@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import resource
 import signal
+import sys
 
 MEMORY = 4 << 30  # address space while fuzzing: a 1 TiB (or 64 GiB) allocation fails instead of swapping
 
@@ -15,6 +17,7 @@ def must_return(seconds: int = 10, exception: type[BaseException] = AssertionErr
     guard raises (a ``BaseException`` gets through loops that catch the loader's errors)."""
 
     def hung(signum, frame):
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # where it hung, in the test's report
         raise exception(f"did not return within {seconds} s: an endless loop")
 
     previous = signal.signal(signal.SIGALRM, hung)
