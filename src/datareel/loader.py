@@ -90,6 +90,8 @@ class Loader:
     state_dict = _of_run("state_dict")
 
     def __iter__(self) -> LoaderIterator:
+        """An iterator from the loader's cursor; an older iterator refuses from now on and its worker processes
+        stop at once (persistent workers serve the new one)."""
         return self._driver.iterate()
 
     def __len__(self) -> int:
@@ -117,7 +119,8 @@ class Loader:
         self._driver.close()
 
     def load_state_dict(self, state: dict[str, Any], *, allow_batch_size_change: bool = False) -> None:
-        """Continue from a saved state, on this loader's topology; iterators made before stop working.
+        """Continue from a saved state, on this loader's topology; iterators made before stop working (their
+        worker processes stop at once).
 
         Raises :class:`~datareel.StateError` (:class:`~datareel.StateMismatchError` naming each differing field
         for another spec's state) and :class:`~datareel.TopologyError` (a ``ValueError``) if ``m W`` cannot split
