@@ -17,7 +17,8 @@ def must_return(seconds: int = 10, exception: type[BaseException] = AssertionErr
     guard raises (a ``BaseException`` gets through loops that catch the loader's errors)."""
 
     def hung(signum, frame):
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # where it hung, in the test's report
+        with contextlib.suppress(Exception):  # stderr without a file descriptor (capsys): the guard still raises
+            faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)  # where it hung, in the test's report
         raise exception(f"did not return within {seconds} s: an endless loop")
 
     previous = signal.signal(signal.SIGALRM, hung)

@@ -162,3 +162,32 @@ def test_gc_freeze_at_start_freezes_the_heap_for_a_pass_as_energon_does(texts, f
     )
     with pytest.raises(OptionError, match=r"gc_freeze_at_start='yes' must be True or False"):
         den.get_loader(ds, gc_freeze_at_start="yes")
+
+
+def test_a_pass_never_undoes_a_freeze_it_did_not_make(texts):
+    """gc_freeze_at_start freezes only an unfrozen heap and unfreezes only its own freeze: a user's freeze
+    outlives a pass, and a pass ending (a val pass) leaves the freeze of one still running (the train pass)."""
+
+    def loader():
+        wc = den.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        ds = den.get_train_dataset(
+            str(texts), worker_config=wc, batch_size=4, shuffle_buffer_size=None, max_samples_per_sequence=None
+        )
+        return den.savable_loader.BasicDataLoader(ds, gc_collect_every_n_steps=2, watchdog_timeout_seconds=None)
+
+    gc.freeze()  # the user's
+    for _, _batch in zip(range(4), loader()):
+        pass
+    gc.collect()
+    assert gc.get_freeze_count() > 0
+    gc.unfreeze()
+    train = iter(loader())
+    next(train)  # the train pass froze the heap
+    for _, _batch in zip(range(4), loader()):  # a val pass in between: the heap was frozen, not its freeze
+        pass
+    gc.collect()
+    assert gc.get_freeze_count() > 0  # the train pass's freeze holds
+    next(train)
+    del train
+    gc.collect()
+    assert gc.get_freeze_count() == 0  # the train pass's end undid its own freeze
