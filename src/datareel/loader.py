@@ -90,9 +90,7 @@ class Loader:
     state_dict = _of_run("state_dict")
 
     def __iter__(self) -> LoaderIterator:
-        """An iterator from the loader's cursor; an older iterator refuses from now on and its worker processes
-        stop at once (persistent workers serve the new one)."""
-        return self._driver.iterate()
+        return self._driver.iterate()  # older iterators refuse; their workers stop now (persistent ones serve on)
 
     def __len__(self) -> int:
         """Micro-batches this rank still yields (``repeat=False`` only)."""
@@ -119,8 +117,7 @@ class Loader:
         self._driver.close()
 
     def load_state_dict(self, state: dict[str, Any], *, allow_batch_size_change: bool = False) -> None:
-        """Continue from a saved state, on this loader's topology; iterators made before stop working (their
-        worker processes stop at once).
+        """Continue from a saved state, on this loader's topology; iterators made before stop (and their workers).
 
         Raises :class:`~datareel.StateError` (:class:`~datareel.StateMismatchError` naming each differing field
         for another spec's state) and :class:`~datareel.TopologyError` (a ``ValueError``) if ``m W`` cannot split
