@@ -13,8 +13,16 @@ import gc
 import pytest
 
 import datareel
+from hangs import must_return
 
 pytestmark = pytest.mark.workers
+
+
+@pytest.fixture(autouse=True)
+def _bounded():
+    """Worker processes started and stopped here: a hang in stopping them fails the test instead."""
+    with must_return(60):
+        yield
 
 
 def _loader(persistent: bool = False) -> datareel.Loader:

@@ -30,7 +30,7 @@ class LoaderOptions:
     watchdog_initial_timeout_seconds: float | None = None
     fail_on_timeout: bool = False
     gc_collect_every_n_steps: int = 0  # a gc.collect() in the main process every n batches (0: never)
-    gc_freeze_at_start: bool = True  # gc.freeze() before a pass that collects, gc.unfreeze() after it
+    gc_freeze_at_start: bool = True  # a pass that collects freezes an unfrozen heap, without workers (.wrappers)
 
     @classmethod
     def of(cls, kwargs: dict[str, Any], where: str, gc_default: int) -> tuple[LoaderOptions, Any]:
