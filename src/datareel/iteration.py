@@ -97,7 +97,7 @@ class Driver:
                 persistent._shutdown_workers()
             self.dataloader = None
         if self.dataloader is None:
-            sampler = DescriptorSampler(self.feed, self.rank, quiet=WORKER_DEATHS.outside)
+            sampler = DescriptorSampler(self.feed, self.rank)
             self.dataloader = self.workers.dataloader(self.maker, sampler, seed=self.run.recipe.seed)
         return self.dataloader
 

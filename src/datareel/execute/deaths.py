@@ -17,30 +17,31 @@ from typing import Any
 
 
 class WorkerDeaths:
-    """Where a dead worker process is reported: in the training process's ``next()``, never in the training step.
+    """Where a dead worker process is reported: in the training process's ``next()``, never in the training step,
+    and never from inside the signal handler.
 
     torch's DataLoader installs a ``SIGCHLD`` handler that raises its ``RuntimeError`` ("DataLoader worker
     ... is killed by signal") in the main thread at whatever line it runs: in the training step after a
-    batch was handed out, between the loader taking a batch's cursor and returning the batch (the cursor
-    then counts a batch nobody received), in a finalizer that swallows it, or in the middle of reading the
-    planning process's pipe.  A training step interrupted that way lost its batch while the cursor
-    counted it: the next iterator skipped it.
+    batch was handed out (the step lost its batch while the cursor counted it), in a finalizer that swallows
+    it, in the middle of reading the planning process's pipe, or inside torch's own ``next()`` just after it
+    took a lock (a queue's ``put`` or ``get``).  Raised there, the lock was never released, and stopping the
+    workers (which puts to the same queue) waited for it forever: a killed worker hung the training process.
 
-    This store wraps torch's handler once (main thread only) and lets it raise a death of datareel's own
-    workers (those of the DataLoader iterators passed to :meth:`install`) only while the main thread waits
-    inside a datareel ``next()`` for workers (:meth:`wait`), outside the sampler (:meth:`outside`); at any
-    other moment torch's handler runs with datareel's workers hidden from it, so it reports every other
-    DataLoader's dead worker (a user's own, beside datareel) exactly as it does without datareel, and a
-    signal it did not raise for is counted in :attr:`deaths`: each datareel iterator looks at its own
-    workers (:func:`dead_workers`) in its next ``next()``.  torch's own check at each wait (every 5 s, and
-    when its ``timeout`` expires) still finds the rest.
+    This store wraps torch's handler once (main thread only).  For datareel's own workers (those of the
+    DataLoader iterators passed to :meth:`install`) the handler raises nothing: it counts the signal in
+    :attr:`deaths`, and the reader of an iterator's results (:class:`~datareel.execute.workers.GuardedResults`)
+    and each ``next()`` look at their own workers (:func:`dead_workers`) when the count moved, at points
+    where no lock is held.  torch's handler still runs, with datareel's workers hidden from it, so it reports
+    every other DataLoader's dead worker (a user's own, beside datareel) as it does without datareel; while a
+    datareel ``next()`` waits for workers (:meth:`wait`) or an iterator starts (:meth:`starting`), that call
+    is put off to their end, where no lock of datareel's DataLoader is held.
     """
 
     def __init__(self) -> None:
-        self.deaths = 0  # SIGCHLDs (a child ended) while no datareel iterator waited for workers
+        self.deaths = 0  # SIGCHLDs (a child ended) the main thread has seen
         self._waiting = 0  # the main thread is inside a multi-process DataLoader's next()
         self._starting = 0  # the main thread is starting a datareel DataLoader iterator (:meth:`starting`)
-        self._deferred = 0  # SIGCHLDs that came while it did
+        self._deferred = 0  # SIGCHLDs that came while it did either: torch's handler runs at their end
         self._installed = False
         self._main = threading.main_thread().ident
         self._ours: weakref.WeakSet[Any] = weakref.WeakSet()  # datareel's multi-process DataLoader iterators
@@ -66,15 +67,12 @@ class WorkerDeaths:
 
         signal_handling._set_SIGCHLD_handler()  # torch's, as its first iterator would set it; then wrapped
         self._wrap()
-        deferred = self._deferred
         self._starting += 1
         try:
             yield
         finally:
             self._starting -= 1
-        if self._deferred != deferred and self._installed and not self._starting:
-            with self._hidden():
-                self._torch_handler(signal.SIGCHLD, None)
+        self._run_deferred()
 
     def _wrap(self) -> None:
         if self._installed or threading.get_ident() != self._main or not hasattr(signal, "SIGCHLD"):
@@ -87,16 +85,12 @@ class WorkerDeaths:
         self._torch_handler = torch_handler
 
         def handler(signum: int, frame: Any) -> None:
-            if self._starting:  # a datareel iterator is being started: its first next() reports it
+            self.deaths += 1  # datareel's iterators look at their own workers at their next safe point
+            if self._starting or self._waiting:  # inside a datareel DataLoader, maybe holding one of its locks
                 self._deferred += 1
-                self.deaths += 1
-                return
-            if self._waiting:
-                torch_handler(signum, frame)  # inside datareel's next(): the loader's iterator catches it
                 return
             with self._hidden():
                 torch_handler(signum, frame)  # any other DataLoader's dead worker: raised as torch does
-            self.deaths += 1
 
         signal.signal(signal.SIGCHLD, handler)
         self._installed = True
@@ -129,20 +123,17 @@ class WorkerDeaths:
         return True
 
     def done(self, counted: bool) -> None:
+        """End a wait entered by :meth:`wait`; torch's handler runs now for signals put off meanwhile (with
+        datareel's workers hidden: another DataLoader's dead worker is raised here)."""
         if counted:
             self._waiting -= 1
+            self._run_deferred()
 
-    @contextlib.contextmanager
-    def outside(self) -> Iterator[None]:
-        """The sampler's own work inside a wait (the planning process's pipe, say): no report there."""
-        if threading.get_ident() != self._main:
-            yield
-            return
-        waiting, self._waiting = self._waiting, 0
-        try:
-            yield
-        finally:
-            self._waiting = waiting
+    def _run_deferred(self) -> None:
+        if self._deferred and self._installed and not (self._waiting or self._starting):
+            self._deferred = 0
+            with self._hidden():
+                self._torch_handler(signal.SIGCHLD, None)
 
 
 WORKER_DEATHS = WorkerDeaths()

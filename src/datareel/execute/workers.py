@@ -13,6 +13,7 @@ import functools
 import multiprocessing.connection
 import multiprocessing.util
 import os
+import queue
 import sys
 import threading
 import time
@@ -217,40 +218,68 @@ def lost_worker(iterator: Any, exc: BaseException) -> RuntimeError | None:
 
 
 def guard_result_queue(iterator: Any) -> None:
-    """Read a multi-process DataLoader iterator's results (torch's ``_data_queue``, without ``pin_memory``)
-    through :class:`GuardedResults`, once per iterator."""
+    """Read a multi-process DataLoader iterator's results (torch's ``_data_queue``: the workers' result queue,
+    or the pin-memory thread's) through :class:`GuardedResults`, once per iterator."""
     results = getattr(iterator, "_data_queue", None)
-    if (
-        results is None
-        or isinstance(results, GuardedResults)
-        or results is not getattr(iterator, "_worker_result_queue", None)
-    ):
+    if results is None or isinstance(results, GuardedResults) or not hasattr(iterator, "_workers"):
         return
     iterator._data_queue = GuardedResults(results, iterator)
 
 
+DEATH_CHECK_SECONDS = 0.05
+"""How long :class:`GuardedResults` waits for a batch at a time before it looks for a dead worker."""
+
+
 class GuardedResults:
-    """torch's worker result queue, whose ``get`` reports a batch lost with its worker as the worker's death.
+    """torch's result queue, whose ``get`` reports a worker's death (as torch's own check does) at a point
+    where no lock is held.
 
-    A batch's tensors cross through a socket to the worker that made them; a worker that died after sending
-    one made ``get`` fail with a bare ``ConnectionResetError`` or ``EOFError`` a moment before its exit status
-    was visible, so torch (which then looks for dead workers) found none, ran its open-files check (ten
-    temporary files) and raised the bare error, or was interrupted there by its ``SIGCHLD`` report, leaving a
-    temporary file behind.  Here ``get`` waits for the dead worker (:func:`lost_worker`) and raises its report,
-    so torch finds it, names it and raises at once."""
+    datareel's ``SIGCHLD`` handler raises nothing for its own workers (:class:`.deaths.WorkerDeaths`: torch's
+    raised inside a queue's ``put`` or ``get`` left the queue's lock held, and stopping the workers hung).  A
+    worker that dies while the training process waits for a batch is found here instead: ``get`` waits
+    :data:`DEATH_CHECK_SECONDS` at a time, and when a ``SIGCHLD`` came meanwhile and one of the iterator's
+    workers has ended, it ends the wait (``queue.Empty``, before the ``timeout`` the DataLoader asked for):
+    torch's check behind it finds the dead worker, names it and raises.
 
-    def __init__(self, queue: Any, iterator: Any):
-        self._queue, self._iterator = queue, weakref.ref(iterator)
+    And a batch lost with its worker: a batch's tensors cross through a socket to the worker that made them;
+    a worker that died after sending one made ``get`` fail with a bare ``ConnectionResetError`` or
+    ``EOFError`` a moment before its exit status was visible, so torch (which then looks for dead workers)
+    found none, ran its open-files check (ten temporary files) and raised the bare error.  Here ``get`` waits
+    for the dead worker (:func:`lost_worker`) and raises its report, so torch finds it, names it and raises
+    at once."""
 
-    def get(self, *args: Any, **kwargs: Any) -> Any:
+    def __init__(self, results: Any, iterator: Any):
+        self._queue, self._iterator = results, weakref.ref(iterator)
+        self._deaths = WORKER_DEATHS.deaths
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if not block:
+            return self._get(block=False)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = DEATH_CHECK_SECONDS if deadline is None else deadline - time.monotonic()
+            try:
+                return self._get(timeout=max(0.0, min(DEATH_CHECK_SECONDS, left)))
+            except queue.Empty:
+                if self._a_worker_died() or (deadline is not None and left <= DEATH_CHECK_SECONDS):
+                    raise
+
+    def _get(self, **kwargs: Any) -> Any:
         try:
-            return self._queue.get(*args, **kwargs)
+            return self._queue.get(**kwargs)
         except (OSError, EOFError) as exc:
             iterator = self._iterator()
             lost = lost_worker(iterator, exc) if iterator is not None else None
             if lost is None:
                 raise
             raise lost from exc
+
+    def _a_worker_died(self) -> bool:
+        if self._deaths == WORKER_DEATHS.deaths:  # no child has ended since the last look
+            return False
+        self._deaths = WORKER_DEATHS.deaths
+        iterator = self._iterator()
+        return iterator is not None and bool(dead_workers(iterator))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._queue, name)

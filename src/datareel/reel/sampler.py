@@ -11,9 +11,7 @@ into the queue; when a finite pass ends it records the end there.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Protocol
 
 from torch.utils.data import Sampler
@@ -58,41 +56,27 @@ class RunFeed:
 class DescriptorSampler(Sampler[Descriptor]):
     """Yields ``rank``'s descriptors from the run in ``store`` at the moment iteration starts.
 
-    ``quiet``: entered around the reel's own work for each descriptor (the loader's guard that keeps a
-    worker's death from being reported in the middle of it, e.g. while reading a planning process's pipe).
     The sampler holds the store only, never the loader: DataLoader keeps the sampler's iterator alive, and a
     loader reachable from it would only be freed by the garbage collector, keeping workers alive.
     """
 
-    def __init__(
-        self,
-        store: RunFeed,
-        rank: int,
-        quiet: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-    ):
+    def __init__(self, store: RunFeed, rank: int):
         super().__init__()
-        self._store, self._rank, self._quiet = store, rank, quiet
+        self._store, self._rank = store, rank
 
     def __iter__(self) -> Iterator[Descriptor]:
         run, queue = self._store.current()
         if run is None:
             return iter(())
-        return feed(run, self._rank, queue, self._quiet)
+        return feed(run, self._rank, queue)
 
 
-def feed(
-    run: Streamable,
-    rank: int,
-    queue: CursorQueue,
-    quiet: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-) -> Iterator[Descriptor]:
-    """``rank``'s descriptors from ``run.cursor``, each preceded by its cursor in ``queue`` (the reel's work
-    for each one under ``quiet()``)."""
+def feed(run: Streamable, rank: int, queue: CursorQueue) -> Iterator[Descriptor]:
+    """``rank``'s descriptors from ``run.cursor``, each preceded by its cursor in ``queue``."""
     last = run.cursor
     stream = run.stream(rank)
     while True:
-        with quiet():
-            item = next(stream, None)
+        item = next(stream, None)
         if item is None:
             break
         descriptor, after = item
