@@ -7,26 +7,40 @@ import faulthandler
 import resource
 import signal
 import sys
+import threading
 
 MEMORY = 4 << 30  # address space while fuzzing: a 1 TiB (or 64 GiB) allocation fails instead of swapping
 
 
+class Hung(BaseException):
+    """What a hang guard raises: not an ``Exception``, so neither a test's loop that catches the loader's errors
+    nor library code that suppresses errors (while stopping workers, say) swallows it."""
+
+
 @contextlib.contextmanager
-def must_return(seconds: int = 10, exception: type[BaseException] = AssertionError):
+def must_return(seconds: int = 10, exception: type[BaseException] = Hung):
     """Turn a hang into a failure (SIGALRM): a hang guard, not a timing assertion.  ``exception`` is what the
-    guard raises (a ``BaseException`` gets through loops that catch the loader's errors)."""
+    guard raises.
+
+    The signal goes to the main thread itself (``pthread_kill`` from a timer thread): ``alarm()``'s went to
+    whichever thread the kernel chose, and one delivered to a queue's feeder thread never woke a main thread
+    blocked on a lock, so a hung test hung the session instead of failing."""
 
     def hung(signum, frame):
         with contextlib.suppress(Exception):  # stderr without a file descriptor (capsys): the guard still raises
             faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)  # where it hung, in the test's report
         raise exception(f"did not return within {seconds} s: an endless loop")
 
+    main = threading.main_thread().ident
     previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
+    timer = threading.Timer(seconds, signal.pthread_kill, (main, signal.SIGALRM))
+    timer.daemon = True
+    timer.start()
     try:
         yield
     finally:
-        signal.alarm(0)
+        timer.cancel()
+        timer.join()
         signal.signal(signal.SIGALRM, previous)
 
 

@@ -35,7 +35,7 @@ import pytest
 import torch.utils.data
 
 from datareel import energon as den
-from hangs import must_return
+from hangs import Hung, must_return
 from procs import die, wait_until_ended
 
 BATCH = 7  # the val dataset's 90 samples: 13 batches per pass with one worker, 14 with two
@@ -126,11 +126,6 @@ def val_loader(root, encoder, *, workers, case):
     return den.get_loader(dataset)
 
 
-class Hung(BaseException):
-    """The loop did not end (not an ``Exception``: the loops here, which catch the loader's errors, let it
-    through)."""
-
-
 def cyclic_iter(loader):
     """Megatron's ``cyclic_iter`` (its EnergonDataloader reads val and train loaders through it), which
     spins for ever over a loader whose passes are empty: here two empty passes in a row end the test."""
@@ -180,7 +175,7 @@ class Loop:
         return len(self.failures) < 3  # a loader that fails for ever fails the test, never hangs it
 
     def run(self, pattern, *, passes=3, take=None, count=None, catch=(Exception,)):
-        with must_return(60, Hung):
+        with must_return(60):
             if pattern == "cyclic":
                 got: list = []
                 self.passes.append(got)
