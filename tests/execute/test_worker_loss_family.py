@@ -206,7 +206,8 @@ def test_a_worker_dying_while_iter_starts_the_workers_is_reported_by_next(tmp_pa
 
 
 KILLS_A_WORKER = """
-import os, signal, sys, time
+import faulthandler, os, signal, sys, time
+faulthandler.dump_traceback_later(100, exit=True)  # a hang: every thread's stack in the report, before the timeout
 import datareel
 loader = datareel.Loader(datareel.from_sequence(list(range(40)), name="n"), global_batch_size=4, micro_batch_size=4,
                          world_size=1, rank=0, shuffle=False, num_workers=2)
@@ -240,5 +241,5 @@ def test_a_killed_worker_leaves_no_directory_in_the_temp_dir(tmp_path):
         text=True,
         timeout=120,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-6000:]
     assert sorted(p.name for p in temp.iterdir()) == []
