@@ -25,6 +25,7 @@ from PIL import Image
 
 import datareel
 from datareel.testing.launch import free_port
+from rank_launcher import RankServer
 from wds_helpers import ENERGON, write_shard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +81,19 @@ def mixed(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def ranks():
+    """Ranks forked from a server that imported torch and both Energons once (the datareel runs: Energon's own
+    run under torchrun itself, and so does datareel in tests/e2e/test_distributed.py)."""
+    server = RankServer()
+    yield server
+    server.close()
+
+
+def forked(ranks: RankServer, script: Path, nproc: int, dataset: Path, out: Path, *args: str) -> str:
+    return ranks.run(script, nproc, str(dataset), str(out), *args, scratch=out.parent / f"{out.name}-tmp")
+
+
 def torchrun(script: Path, nproc: int, dataset: Path, out: Path, *args: str, timeout: float = 240) -> str:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
@@ -127,12 +141,12 @@ def test_the_client_runs_on_energon(captions, tmp_path, pack):
 
 
 @pytest.mark.parametrize("pack", [False, True], ids=["packing-off", "packing-on"])
-def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(captions, ours, tmp_path, pack):
+def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(captions, ours, ranks, tmp_path, pack):
     train = datareel.open_dataset(captions, split="train")
     damaged = train.key(5)  # its encoding fails: the handler is told, the sample skipped
     flags = ["--global-batch-size", str(G), "--fail-key", damaged, *(["--pack"] if pack else [])]
     first = tmp_path / "w2"
-    stdout = torchrun(ours, 2, captions, first, "--steps", "7", "--save-at", "3", "--workers", "1", *flags)
+    stdout = forked(ranks, ours, 2, captions, first, "--steps", "7", "--save-at", "3", "--workers", "1", *flags)
     reference = global_batches(first, 2)
     assert len(reference) == 7 and sorted((first / "state").iterdir())
     keys = [k for b in reference for r in b for key in r["keys"] for k in key.split(",")]
@@ -146,7 +160,7 @@ def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(
     for world, workers in ((1, 2), (4, 0)):
         out = tmp_path / f"w{world}"
         shutil.copytree(first / "state", out / "state")  # rank files 0 and 1 only: ranks 2, 3 find none
-        torchrun(ours, world, captions, out, "--steps", "4", "--load", "--workers", str(workers), *flags)
+        forked(ranks, ours, world, captions, out, "--steps", "4", "--load", "--workers", str(workers), *flags)
         resumed = global_batches(out, world)
         flat = [[(k, r["tokens"], r["imgs"]) for r in b for k in r["keys"]] for b in resumed]
         expected = [[(k, r["tokens"], r["imgs"]) for r in b for k in r["keys"]] for b in reference[3:]]
@@ -154,17 +168,17 @@ def test_the_client_resumes_on_datareel_on_1_and_4_ranks_through_per_rank_files(
         assert flat == expected, f"augmentation differs on {world} ranks"
 
 
-def test_megatron_types_with_datareel_loaders_resume_elastically(captions, ours, mixed, tmp_path):
+def test_megatron_types_with_datareel_loaders_resume_elastically(captions, ours, mixed, ranks, tmp_path):
     """Every type megatron.energon's (only the loader functions from datareel.energon): the same global batches,
     sample by sample, as with every import switched; saved per rank at N=2 and at N=0 on 2 ranks, it resumes on
     1 rank (N=0) and on 4 ranks (N=2) with the uninterrupted run's global batches."""
     train = datareel.open_dataset(captions, split="train")
     damaged = train.key(7)
     flags = ["--global-batch-size", str(G), "--fail-key", damaged, "--steps", "6", "--save-at", "3"]
-    stdout = torchrun(mixed, 2, captions, tmp_path / "mixed", "--workers", "2", *flags)
+    stdout = forked(ranks, mixed, 2, captions, tmp_path / "mixed", "--workers", "2", *flags)
     reference = global_batches(tmp_path / "mixed", 2)
     assert re.search(rf"sample {damaged} failed: .*\(read from \S+:shard-\d\.tar#\d+\)", stdout), stdout[-2000:]
-    torchrun(ours, 2, captions, tmp_path / "ours", "--workers", "0", *flags)
+    forked(ranks, ours, 2, captions, tmp_path / "ours", "--workers", "0", *flags)
     assert global_batches(tmp_path / "ours", 2) == reference  # the facade's own types: the same batches
     keys = [k for b in reference for r in b for k in r["keys"]]
     assert set(keys) == {train.key(i) for i in range(len(train))} - {damaged}  # 1.2 epochs: all but the damaged
@@ -172,5 +186,5 @@ def test_megatron_types_with_datareel_loaders_resume_elastically(captions, ours,
         out = tmp_path / f"w{world}"
         shutil.copytree(tmp_path / saved / "state", out / "state")  # rank files 0 and 1: ranks 2, 3 adopt
         args = ["--global-batch-size", str(G), "--fail-key", damaged, "--steps", "3", "--load", "--workers", workers]
-        torchrun(mixed, world, captions, out, *args)
+        forked(ranks, mixed, world, captions, out, *args)
         assert global_batches(out, world) == reference[3:], f"resumed on {world} ranks from the {saved} run's state"
