@@ -11,7 +11,6 @@ prefetched batches never count; after a restore (:meth:`Driver.restart`) they ar
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import weakref
@@ -29,6 +28,7 @@ from .execute.workers import (
     end_with_this_process,
     lost_worker,
     start_iterator,
+    stop_iterator,
 )
 from .reel import Cursor, CursorQueue
 from .reel.sampler import DescriptorSampler, RunFeed
@@ -93,8 +93,7 @@ class Driver:
     def _dataloader(self) -> DataLoader[Any]:
         persistent = getattr(self.dataloader, "_iterator", None)  # torch's kept iterator (persistent_workers)
         if persistent is not None and dead_workers(persistent):  # a worker died between iterations
-            with contextlib.suppress(Exception):
-                persistent._shutdown_workers()
+            stop_iterator(persistent)
             self.dataloader = None
         if self.dataloader is None:
             sampler = DescriptorSampler(self.feed, self.rank)
@@ -124,13 +123,6 @@ def answer_from_run(name: str, doc: str | None = None) -> Any:
     return property(lambda self: getattr(self._driver.run, name), doc=doc or answer.__doc__)
 
 
-def _stop_torch_iterator(inner: Any) -> None:
-    shutdown = getattr(inner, "_shutdown_workers", None)  # torch's multi-process iterator
-    if shutdown is not None:
-        with contextlib.suppress(Exception):
-            shutdown()
-
-
 class LoaderIterator:
     """One pass over the loader from its cursor at creation; moves the cursor on each hand-out.
 
@@ -155,7 +147,7 @@ class LoaderIterator:
         # Persistent workers (torch's kept iterator) serve the next iteration and are not stopped here.
         self._finalizer: weakref.finalize[Any, Any] | None = None
         if self.workers and self.inner is not getattr(driver.dataloader, "_iterator", None):
-            self._finalizer = weakref.finalize(self, _stop_torch_iterator, self.inner)
+            self._finalizer = weakref.finalize(self, stop_iterator, self.inner)
             self._finalizer.atexit = False  # at exit torch's own hooks stop them
 
     def __iter__(self) -> LoaderIterator:
@@ -164,7 +156,7 @@ class LoaderIterator:
     def stop_workers(self) -> None:
         """Stop this iterator's worker processes now, not whenever the garbage collector finds it (a
         process forked meanwhile would inherit the iterator and complain when it collects it)."""
-        _stop_torch_iterator(self.inner)
+        stop_iterator(self.inner)
         if self._finalizer is not None:
             self._finalizer.detach()
         self.inner = iter(())

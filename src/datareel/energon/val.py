@@ -25,7 +25,6 @@ dead worker is reported by ``next()``, never in the loop's own code (as datareel
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import weakref
 from collections.abc import Iterator, Sequence
@@ -43,6 +42,7 @@ from ..execute.workers import (
     end_with_this_process,
     lost_worker,
     start_iterator,
+    stop_iterator,
 )
 from ..reel.base import Descriptor
 from .passes import Batches, Passes
@@ -256,10 +256,7 @@ class ValPlan:
 
     def _stop(self, inner: Any) -> None:
         """Forget the DataLoader and stop its workers: a persistent DataLoader would reuse broken ones."""
-        shutdown = getattr(inner, "_shutdown_workers", None)
-        if shutdown is not None:
-            with contextlib.suppress(Exception):
-                shutdown()
+        stop_iterator(inner)
         self._dataloader = self._inner = None
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
 """How batches are computed: the DataLoader's worker options (free to change between save and restore), the
 hooks each worker starts with, and the result pipe.
 
-Where a dead worker is reported lives in :mod:`.deaths` (:class:`WorkerDeaths`), what workers can be sent in
-:mod:`.picklable` (:func:`check_picklable`); both are importable from here as before.
+Where a dead worker is reported lives in :mod:`.deaths` (:class:`WorkerDeaths`), how an iterator that lost one
+finds, reports and stops it in :mod:`.lost`, what workers can be sent in :mod:`.picklable`
+(:func:`check_picklable`); all are importable from here as before.
 """
 
 from __future__ import annotations
@@ -13,26 +14,26 @@ import functools
 import multiprocessing.connection
 import multiprocessing.util
 import os
-import queue
 import sys
 import threading
-import time
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import BatchError, DatareelError, OptionError, check_int
+from ..errors import BatchError, OptionError, check_int
 from ..lifetime import die_with_parent
 from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers
+from .lost import GuardedResults, WorkerLost, guard_result_queue, lost_worker, stop_iterator
 from .picklable import check_picklable, start_method
 
 __all__ = [
     "RESULT_PIPE_BYTES",
     "WORKER_DEATHS",
+    "GuardedResults",
     "WorkerDeaths",
+    "WorkerLost",
     "WorkerOptions",
     "check_picklable",
     "dead_workers",
@@ -42,6 +43,7 @@ __all__ = [
     "passthrough",
     "start_iterator",
     "start_method",
+    "stop_iterator",
     "widen_result_pipe",
     "worker_started",
 ]
@@ -179,7 +181,7 @@ def start_iterator(dataloader: Any) -> Any:
     by the first ``next()`` (:meth:`WorkerDeaths.starting`), the iterator's deaths are datareel's
     (:meth:`WorkerDeaths.install`), its result pipe widened and its results read through
     :class:`GuardedResults`.  Read ``WORKER_DEATHS.deaths`` before calling it; on a failing ``next()`` ask
-    :func:`lost_worker` before stopping the workers."""
+    :func:`lost_worker` before stopping the workers (:func:`stop_iterator`)."""
     with WORKER_DEATHS.starting():
         inner = iter(dataloader)
         if hasattr(inner, "_workers"):  # torch's multi-process iterator: its deaths are datareel's
@@ -187,99 +189,3 @@ def start_iterator(dataloader: Any) -> Any:
     widen_result_pipe(inner)
     guard_result_queue(inner)  # a batch lost with its worker: reported as the worker's death
     return inner
-
-
-LOST_WORKER_WAIT = 1.0
-"""Seconds :func:`lost_worker` waits for a worker to finish ending after a broken connection to it."""
-
-
-def lost_worker(iterator: Any, exc: BaseException) -> RuntimeError | None:
-    """The report of a lost worker for what a multi-process DataLoader iterator's ``next()`` raised, where
-    ``exc`` does not say it: the worker that made a batch died after sending it, and reading the batch's
-    tensors (their memory comes through a socket to that worker) failed with a bare ``ConnectionResetError``
-    or ``EOFError``, or another exception came while a worker lay dead.  ``None`` where ``exc`` is datareel's
-    own, torch's report already (it names "DataLoader worker"), an interrupt, or no worker has ended.
-
-    A broken connection waits up to :data:`LOST_WORKER_WAIT` seconds for the dying worker's exit status: its
-    sockets and its sentinel close a moment before the kernel lets its parent reap it."""
-    if not isinstance(exc, Exception) or isinstance(exc, DatareelError) or "DataLoader worker" in str(exc):
-        return None
-    dead = dead_workers(iterator)
-    if not dead and isinstance(exc, (OSError, EOFError)) and not getattr(iterator, "_shutdown", True):
-        sentinels = [w.sentinel for w in getattr(iterator, "_workers", []) if hasattr(w, "sentinel")]
-        deadline = time.monotonic() + LOST_WORKER_WAIT
-        if sentinels and multiprocessing.connection.wait(sentinels, timeout=LOST_WORKER_WAIT):  # one has ended
-            while not dead and time.monotonic() < deadline:
-                time.sleep(0.001)
-                dead = dead_workers(iterator)
-    if not dead:
-        return None
-    return RuntimeError(f"DataLoader worker process ended unexpectedly: {dead} ({type(exc).__name__}: {exc})")
-
-
-def guard_result_queue(iterator: Any) -> None:
-    """Read a multi-process DataLoader iterator's results (torch's ``_data_queue``: the workers' result queue,
-    or the pin-memory thread's) through :class:`GuardedResults`, once per iterator."""
-    results = getattr(iterator, "_data_queue", None)
-    if results is None or isinstance(results, GuardedResults) or not hasattr(iterator, "_workers"):
-        return
-    iterator._data_queue = GuardedResults(results, iterator)
-
-
-DEATH_CHECK_SECONDS = 0.05
-"""How long :class:`GuardedResults` waits for a batch at a time before it looks for a dead worker."""
-
-
-class GuardedResults:
-    """torch's result queue, whose ``get`` reports a worker's death (as torch's own check does) at a point
-    where no lock is held.
-
-    datareel's ``SIGCHLD`` handler raises nothing for its own workers (:class:`.deaths.WorkerDeaths`: torch's
-    raised inside a queue's ``put`` or ``get`` left the queue's lock held, and stopping the workers hung).  A
-    worker that dies while the training process waits for a batch is found here instead: ``get`` waits
-    :data:`DEATH_CHECK_SECONDS` at a time, and when a ``SIGCHLD`` came meanwhile and one of the iterator's
-    workers has ended, it ends the wait (``queue.Empty``, before the ``timeout`` the DataLoader asked for):
-    torch's check behind it finds the dead worker, names it and raises.
-
-    And a batch lost with its worker: a batch's tensors cross through a socket to the worker that made them;
-    a worker that died after sending one made ``get`` fail with a bare ``ConnectionResetError`` or
-    ``EOFError`` a moment before its exit status was visible, so torch (which then looks for dead workers)
-    found none, ran its open-files check (ten temporary files) and raised the bare error.  Here ``get`` waits
-    for the dead worker (:func:`lost_worker`) and raises its report, so torch finds it, names it and raises
-    at once."""
-
-    def __init__(self, results: Any, iterator: Any):
-        self._queue, self._iterator = results, weakref.ref(iterator)
-        self._deaths = WORKER_DEATHS.deaths
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        if not block:
-            return self._get(block=False)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = DEATH_CHECK_SECONDS if deadline is None else deadline - time.monotonic()
-            try:
-                return self._get(timeout=max(0.0, min(DEATH_CHECK_SECONDS, left)))
-            except queue.Empty:
-                if self._a_worker_died() or (deadline is not None and left <= DEATH_CHECK_SECONDS):
-                    raise
-
-    def _get(self, **kwargs: Any) -> Any:
-        try:
-            return self._queue.get(**kwargs)
-        except (OSError, EOFError) as exc:
-            iterator = self._iterator()
-            lost = lost_worker(iterator, exc) if iterator is not None else None
-            if lost is None:
-                raise
-            raise lost from exc
-
-    def _a_worker_died(self) -> bool:
-        if self._deaths == WORKER_DEATHS.deaths:  # no child has ended since the last look
-            return False
-        self._deaths = WORKER_DEATHS.deaths
-        iterator = self._iterator()
-        return iterator is not None and bool(dead_workers(iterator))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
