@@ -30,6 +30,7 @@ import pytest
 
 import profiles
 from datareel.cli.prepare import prepare_webdataset
+from rank_launcher import RankServer
 from wds_helpers import write_shard
 
 profiles.load()
@@ -170,3 +171,12 @@ def _energon_workers_stopped_at_once():
         yield
     finally:
         _MultiProcessingDataLoaderIter._shutdown_workers = original
+
+
+@pytest.fixture(scope="session")
+def ranks():
+    """Ranks of a script forked from one server that imported torch and both Energons once, as torchrun would
+    start them (tests/rank_launcher.py); started by the first test that asks, ended with the session."""
+    server = RankServer()
+    yield server
+    server.close()

@@ -51,6 +51,8 @@ for line in requests:
                     os.dup2(os.open(f"{job['dir']}/rank-{rank}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
                 faulthandler.enable(all_threads=True)  # SIGABRT on a hang: every thread's stack
                 sys.argv = [job["script"], *job["args"]]
+                extra = [p for p in job["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+                sys.path[:1] = [os.path.dirname(os.path.abspath(job["script"])), *extra]  # as `python script`
                 try:
                     runpy.run_path(job["script"], run_name="__main__")
                     code = 0

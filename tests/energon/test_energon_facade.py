@@ -291,7 +291,7 @@ def test_energon_save_restore_scenarios_in_real_processes(texts, scenario_runs, 
 
 
 @pytest.mark.slow
-def test_an_energon_script_runs_by_changing_only_its_import(texts, tmp_path):
+def test_an_energon_script_runs_by_changing_only_its_import(texts, ranks, tmp_path):
     original = (TESTS / "energon_script.py").read_text()
     changed = original.replace("from megatron.energon import", "from datareel.energon import")
     assert sum(a != b for a, b in zip(original.splitlines(), changed.splitlines())) == 1
@@ -318,14 +318,18 @@ def test_an_energon_script_runs_by_changing_only_its_import(texts, tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc
 
+    def forked(script, nproc, out, *args):  # datareel's runs: ranks forked from the session's server (conftest)
+        out.mkdir(exist_ok=True)
+        return ranks.run(script, nproc, str(texts), str(out), *args, scratch=tmp_path / f"{out.name}-{nproc}-tmp")
+
     torchrun(TESTS / "energon_script.py", 2, tmp_path / "energon", "3")  # the original, on Energon itself
     assert json.loads((tmp_path / "energon" / "consumed-0.json").read_text())
     run = tmp_path / "datareel"
-    torchrun(ours, 2, run, "3", "--global-batch-size", "8")
+    forked(ours, 2, run, "3", "--global-batch-size", "8")
     first = [json.loads((run / f"consumed-{r}.json").read_text()) for r in range(2)]
     got = [k for step in zip(*first) for batch in step for k in batch]
     assert len(got) == 3 * 8
-    torchrun(ours, 1, run, "2", "--restore", "--global-batch-size", "8")  # resume on another world size
+    forked(ours, 1, run, "2", "--restore", "--global-batch-size", "8")  # resume on another world size
     resumed = json.loads((run / "consumed-0.json").read_text())
     got += [k for batch in resumed for k in batch]
     reference = regroup(global_batches(texts, 1, 0, count=5, G=8, m=8), 8)

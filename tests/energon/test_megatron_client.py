@@ -81,16 +81,9 @@ def mixed(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def ranks():
-    """Ranks forked from a server that imported torch and both Energons once (the datareel runs: Energon's own
-    run under torchrun itself, and so does datareel in tests/e2e/test_distributed.py)."""
-    server = RankServer()
-    yield server
-    server.close()
-
-
 def forked(ranks: RankServer, script: Path, nproc: int, dataset: Path, out: Path, *args: str) -> str:
+    """The datareel runs: ranks forked from the session's server (conftest.py).  Energon's own runs go through
+    torchrun itself, and so does datareel's in tests/e2e/test_distributed.py."""
     return ranks.run(script, nproc, str(dataset), str(out), *args, scratch=out.parent / f"{out.name}-tmp")
 
 
