@@ -8,7 +8,8 @@ The processes come from a fork server (``forkserver``) that imported torch and
 datareel once: each is a fresh process (its own interpreter state, arguments
 pickled as under ``spawn``) that starts in milliseconds instead of the seconds a
 new interpreter takes to import torch.  ``start_method="spawn"`` gives a new
-interpreter per process.
+interpreter per process.  Either way a rank starts its own processes (its DataLoader
+workers) with the start method a process torchrun starts has: the platform's default.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def free_port() -> int:
 
 
 def _entry(rank: int, fn: Callable[..., None], world_size: int, port: int, timeout: float, args: tuple) -> None:
+    # A child of the fork server inherits "forkserver" as its default start method, so each rank's DataLoader
+    # started a fork server of its own for its workers: 2 to 6 s to the first batch.  A rank gets the default
+    # a process torchrun starts has (its workers fork from it).
+    multiprocessing.set_start_method(None, force=True)
     torch_dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
