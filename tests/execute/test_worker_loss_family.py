@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils.data import SequentialSampler
 
 import datareel
 from datareel.execute.randomness import _current
+from datareel.execute.workers import WorkerOptions, start_iterator
 from hangs import must_return
 from procs import die, wait_until_ended
 from profiles import examples
@@ -243,3 +245,21 @@ def test_a_killed_worker_leaves_no_directory_in_the_temp_dir(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-6000:]
     assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def test_a_persistent_worker_that_dies_between_passes_is_reported_by_next_not_by_iter():
+    """torch resumes persistent workers inside ``iter()``, waiting for each one's answer: a worker dead by then
+    was found there, and the report escaped from ``iter()`` (where the training loop does not expect it).  The
+    iterator now starts, and its first ``next()`` reports the death; the next one starts fresh workers."""
+    dataloader = WorkerOptions(num_workers=2, persistent_workers=True).dataloader(
+        list(range(8)), SequentialSampler(range(8)), seed=0
+    )
+    with must_return(60):
+        assert list(start_iterator(dataloader)) == list(range(8))
+        victim = dataloader._iterator._workers[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(timeout=30)
+        inner = start_iterator(dataloader)  # never raises for a worker's death
+        with pytest.raises(RuntimeError, match=rf"DataLoader worker process ended unexpectedly: pid {victim.pid} "):
+            next(inner)
+        assert all(not w.is_alive() for w in dataloader._iterator._workers)  # the others were stopped

@@ -39,6 +39,21 @@ class WorkerLost(BaseException):
     turns it into the ``RuntimeError`` report (:func:`lost_worker`); it never reaches the training loop."""
 
 
+class Reported:
+    """In place of a DataLoader iterator that could not start because a worker died (a persistent one, while
+    torch resumed it): its first ``next()`` raises ``error``, where a worker's death is always reported, never
+    by ``iter()``."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def __iter__(self) -> Reported:
+        return self
+
+    def __next__(self) -> Any:
+        raise self.error
+
+
 def lost_worker(iterator: Any, exc: BaseException) -> RuntimeError | None:
     """The report of a lost worker for what a multi-process DataLoader iterator's ``next()`` raised, where
     ``exc`` does not say it in those words: :class:`WorkerLost`; the worker that made a batch died after

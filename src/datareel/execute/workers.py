@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from ..errors import BatchError, OptionError, check_int
 from ..lifetime import die_with_parent
 from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers
-from .lost import GuardedResults, WorkerLost, guard_result_queue, lost_worker, stop_iterator
+from .lost import GuardedResults, Reported, WorkerLost, guard_result_queue, lost_worker, stop_iterator
 from .picklable import check_picklable, start_method
 
 __all__ = [
@@ -183,7 +183,11 @@ def start_iterator(dataloader: Any) -> Any:
     :class:`GuardedResults`.  Read ``WORKER_DEATHS.deaths`` before calling it; on a failing ``next()`` ask
     :func:`lost_worker` before stopping the workers (:func:`stop_iterator`)."""
     with WORKER_DEATHS.starting():
-        inner = iter(dataloader)
+        try:
+            inner = iter(dataloader)
+        except WorkerLost as exc:  # a persistent worker died while torch resumed it: the first next() says so
+            stop_iterator(getattr(dataloader, "_iterator", None))
+            return Reported(RuntimeError(str(exc)))
         if hasattr(inner, "_workers"):  # torch's multi-process iterator: its deaths are datareel's
             WORKER_DEATHS.install(inner)
     widen_result_pipe(inner)
