@@ -228,6 +228,12 @@ def picklable(exc: BaseException) -> BaseException:
         return DatareelError(f"{type(exc).__name__}: {exc}")
 
 
+class WorkerLost(BaseException):
+    """Internal: a dead DataLoader worker found inside torch's ``next()`` (:mod:`datareel.execute.lost`).  Not an
+    ``Exception``, so torch's own check (which takes a lock the dead worker may hold) does not catch it;
+    datareel's ``next()`` turns it into its ``RuntimeError`` report, and it never reaches the training loop."""
+
+
 class SampleContextError(DatareelError, RuntimeError):
     """A per-sample helper (such as :func:`datareel.sample_rng`) was called
     outside the processing of a sample."""

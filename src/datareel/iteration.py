@@ -153,10 +153,11 @@ class LoaderIterator:
     def __iter__(self) -> LoaderIterator:
         return self
 
-    def stop_workers(self) -> None:
+    def stop_workers(self, *, broken: bool = False) -> None:
         """Stop this iterator's worker processes now, not whenever the garbage collector finds it (a
-        process forked meanwhile would inherit the iterator and complain when it collects it)."""
-        stop_iterator(self.inner)
+        process forked meanwhile would inherit the iterator and complain when it collects it); ``broken``:
+        its ``next()`` failed, and its workers are killed with their work (:func:`stop_iterator`)."""
+        stop_iterator(self.inner, broken=broken)
         if self._finalizer is not None:
             self._finalizer.detach()
         self.inner = iter(())
@@ -189,7 +190,7 @@ class LoaderIterator:
         except BaseException as exc:  # a worker died or timed out, an interrupt, ...: the DataLoader is broken
             lost = lost_worker(self.inner, exc) if self.workers else None  # before the workers are stopped
             driver.discard_workers()
-            self.stop_workers()
+            self.stop_workers(broken=True)
             if lost is not None:  # a worker's death however torch surfaced it: always the same report
                 self._report(lost)
                 raise lost from exc

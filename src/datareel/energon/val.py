@@ -210,7 +210,7 @@ class ValPlan:
                 handed += int(failed)
                 self._failed, self._current = (start, handed), None
                 lost = lost_worker(inner, exc) if hasattr(inner, "_workers") else None  # before the workers stop
-                self._stop(inner)
+                self._stop(inner, broken=True)
                 report = exc if lost is None else lost  # a worker's death however torch surfaced it: one report
                 note = (
                     f"datareel: this val pass ended ({type(report).__name__}); the next `for` over the loader "
@@ -254,9 +254,10 @@ class ValPlan:
         self._inner = weakref.ref(inner)
         return inner
 
-    def _stop(self, inner: Any) -> None:
-        """Forget the DataLoader and stop its workers: a persistent DataLoader would reuse broken ones."""
-        stop_iterator(inner)
+    def _stop(self, inner: Any, *, broken: bool = False) -> None:
+        """Forget the DataLoader and stop its workers (``broken``: killed with their work, its ``next()``
+        failed): a persistent DataLoader would reuse broken ones."""
+        stop_iterator(inner, broken=broken)
         self._dataloader = self._inner = None
 
     def close(self) -> None:

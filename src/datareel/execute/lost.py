@@ -20,7 +20,7 @@ from typing import Any
 
 from torch.utils.data._utils import signal_handling
 
-from ..errors import DatareelError
+from ..errors import DatareelError, WorkerLost
 from .deaths import WORKER_DEATHS, dead_workers
 
 LOST_WORKER_WAIT = 1.0
@@ -31,12 +31,6 @@ DEATH_CHECK_SECONDS = 0.05
 
 STOP_WAIT = 5.0
 """Seconds :func:`stop_iterator` waits for each killed worker's exit."""
-
-
-class WorkerLost(BaseException):
-    """A dead worker, found by :class:`GuardedResults` inside torch's ``next()``.  Not an ``Exception``: torch's
-    ``next()`` catches those and runs its own check, which takes the stop event's lock.  datareel's ``next()``
-    turns it into the ``RuntimeError`` report (:func:`lost_worker`); it never reaches the training loop."""
 
 
 class Reported:
@@ -146,17 +140,19 @@ class GuardedResults:
         return getattr(self._queue, name)
 
 
-def stop_iterator(inner: Any) -> None:
+def stop_iterator(inner: Any, *, broken: bool = False) -> None:
     """Stop a torch DataLoader iterator's worker processes now (nothing for a single-process iterator or one
-    already stopped).  Where every worker lives, torch's own shutdown: each is told to stop and its exit
-    awaited.  Where one has died, nothing the workers share is touched (a lock the dead one held stays held for
-    ever): the iterator is marked shut down, its workers leave torch's ``SIGCHLD`` registry, the live ones are
-    killed and reaped, and its queues are closed."""
+    already stopped).  Where every worker lives and the iterator is not ``broken``, torch's own shutdown: each
+    is told to stop and its exit awaited.  Where one has died, nothing the workers share is touched (a lock the
+    dead one held stays held for ever): the iterator is marked shut down, its workers leave torch's
+    ``SIGCHLD`` registry, the live ones are killed and reaped, and its queues are closed.  So too for a
+    ``broken`` iterator (its ``next()`` failed: a timeout, an interrupt), whose workers are thrown away with
+    their work: torch's shutdown waited up to 5 s for a worker still busy with the batch that timed out."""
     shutdown = getattr(inner, "_shutdown_workers", None)
     if shutdown is None or getattr(inner, "_shutdown", True):
         return
     workers = getattr(inner, "_workers", [])
-    if all(w.is_alive() for w in workers):
+    if not broken and all(w.is_alive() for w in workers):
         with contextlib.suppress(Exception):
             shutdown()
         return
