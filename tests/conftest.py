@@ -140,8 +140,10 @@ def _energon_workers_stopped_at_once():
     thread in each worker that ends only on its own ``(None,)`` command, which torch's worker shutdown does not
     send: each worker outlives torch's 5-s join and torch then terminates it (10 s per loader with 2 workers, most
     of the time of the tests that run it).  For Energon's savable loaders only, this terminates the workers at
-    the start of torch's shutdown instead of after its timeout, the outcome torch reaches anyway (their pids
-    first leave torch's SIGCHLD watch, as torch does before its own terminate).  Loaders of datareel are not
+    the start of torch's shutdown instead of after its timeout, the outcome torch reaches anyway, through
+    datareel's :func:`~datareel.execute.lost.stop_iterator` (their pids leave torch's SIGCHLD watch first, and
+    the stop event is not set: terminating them and then letting torch set it hung the session once, a worker
+    killed while it held the event's lock).  Loaders of datareel are not
     touched: a slow shutdown of ours still shows.  Only the process that started the workers acts: a worker of
     another loader, forked while this iterator lived, may collect its copy of it."""
     try:
@@ -149,8 +151,9 @@ def _energon_workers_stopped_at_once():
     except ImportError:
         yield
         return
-    from torch.utils.data import _utils
     from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    from datareel.execute.lost import stop_iterator
 
     original = _MultiProcessingDataLoaderIter._shutdown_workers
 
@@ -159,11 +162,10 @@ def _energon_workers_stopped_at_once():
         # only in the process that started the workers: a process forked from it (a worker of another loader)
         # that collects its copy of this iterator must not signal them
         if energons and not self._shutdown and all(w._parent_pid == os.getpid() for w in self._workers):
-            if self._worker_pids_set:
-                _utils.signal_handling._remove_worker_pids(id(self))
-                self._worker_pids_set = False
-            for worker in self._workers:
-                worker.terminate()
+            # killed without touching what they share: torch's shutdown after terminating them set the stop
+            # event, whose lock a worker killed at the wrong instruction holds for ever (a hung session)
+            stop_iterator(self, broken=True)
+            return
         original(self)
 
     _MultiProcessingDataLoaderIter._shutdown_workers = shutdown_workers
