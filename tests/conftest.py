@@ -20,9 +20,11 @@ workers"`` stays in one process.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import multiprocessing.process
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -56,6 +58,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     collection before, 2 s of a 2-s test).  Cyclic garbage of a test is collected before the next one starts."""
     gc.collect()
     gc.freeze()
+
+
+HUNG_TEST_SECONDS = 300
+"""A test (setup and teardown included) still running after this long has hung where no guard reaches (a
+finalizer in a garbage collection, say): every thread's stack goes to stderr and the session ends with exit
+code 1, in minutes rather than at CI's 90-minute limit.  No test takes 30 s."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    faulthandler.dump_traceback_later(HUNG_TEST_SECONDS, exit=True, file=sys.__stderr__)
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.hookimpl(wrapper=True)
