@@ -107,10 +107,13 @@ class Driver:
         self.dataloader = None
 
     def close(self) -> None:
-        """Stop worker processes (those of live iterators too) and a planning process."""
+        """Stop worker processes (those of live iterators too, and a persistent DataLoader's kept ones) and a
+        planning process."""
+        kept = getattr(self.dataloader, "_iterator", None)
         self.discard_workers()
         for iterator in list(self.iterators):
             iterator.stop_workers()
+        stop_iterator(kept)
         getattr(self.run.reel, "close", lambda: None)()
 
 

@@ -6,7 +6,8 @@ takes the stop event's lock for every index it receives, and torch's handling of
 the training process (its check marks the dead worker unavailable, its shutdown sets the event): a worker
 SIGKILLed at the wrong instruction hung the training process for ever (CI: 60 s, a worker killed by pid during
 a training step).  Here a worker takes each lock it shares, then kills itself: the stop event's, the result
-queue's write lock (the other worker's batches wait on it) and its index queue's read lock.
+queue's write lock (the other worker's batches wait on it) and its index queue's read lock; or it dies
+halfway through writing a batch into the result pipe.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import struct
 import sys
 from pathlib import Path
 
@@ -28,10 +30,19 @@ OPTIONS = dict(global_batch_size=4, micro_batch_size=4, world_size=1, rank=0, se
 TOTAL = 10  # micro-batches each run hands out
 DIES_AT = 13  # a sample of micro-batch 3
 
-LOCKS = {  # torch's worker loop's local -> the lock inside it
-    "stop-event": ("done_event", lambda event: event._cond),
-    "result-queue-write": ("data_queue", lambda q: q._wlock),
-    "index-queue-read": ("index_queue", lambda q: q._rlock),
+
+def half_a_batch(q) -> None:
+    """Write the first bytes of a 100,000-byte message into the result pipe, as a worker killed halfway
+    through sending a large batch leaves it: the training process's read waits for the rest for ever."""
+    q._wlock.acquire()
+    q._writer._send(struct.pack("!i", 100_000) + b"x" * 10)
+
+
+LOCKS = {  # torch's worker loop's local -> what the worker does to it before it dies
+    "stop-event": ("done_event", lambda event: event._cond.acquire()),
+    "result-queue-write": ("data_queue", lambda q: q._wlock.acquire()),
+    "index-queue-read": ("index_queue", lambda q: q._rlock.acquire()),
+    "half-written-batch": ("data_queue", half_a_batch),
 }
 
 
@@ -48,7 +59,7 @@ class DiesHolding:
             frame = sys._getframe()
             while frame.f_code.co_name != "_worker_loop":  # torch's worker loop, which holds the shared objects
                 frame = frame.f_back
-            part(frame.f_locals[local]).acquire()
+            part(frame.f_locals[local])
             os.kill(os.getpid(), signal.SIGKILL)
         return sample
 

@@ -256,10 +256,13 @@ def test_a_persistent_worker_that_dies_between_passes_is_reported_by_next_not_by
     )
     with must_return(60):
         assert list(start_iterator(dataloader)) == list(range(8))
-        victim = dataloader._iterator._workers[0]
+        kept = dataloader._iterator
+        victim = kept._workers[0]
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(timeout=30)
         inner = start_iterator(dataloader)  # never raises for a worker's death
         with pytest.raises(RuntimeError, match=rf"DataLoader worker process ended unexpectedly: pid {victim.pid} "):
             next(inner)
-        assert all(not w.is_alive() for w in dataloader._iterator._workers)  # the others were stopped
+        assert all(not w.is_alive() for w in kept._workers)  # the others were stopped
+        assert dataloader._iterator is None  # the next iter() starts fresh workers
+        assert list(start_iterator(dataloader)) == list(range(8))

@@ -15,6 +15,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import WorkerLost
+
 
 class WorkerDeaths:
     """Where a dead worker process is reported: in the training process's ``next()``, never in the training step,
@@ -43,6 +45,7 @@ class WorkerDeaths:
         self._starting = 0  # the main thread is starting a datareel DataLoader iterator (:meth:`starting`)
         self._deferred = 0  # SIGCHLDs that came while it did either: torch's handler runs at their end
         self._installed = False
+        self.reading: Any = None  # the results reader (``lost()``) the main thread is inside, blocked maybe
         self._main = threading.main_thread().ident
         self._ours: weakref.WeakSet[Any] = weakref.WeakSet()  # datareel's multi-process DataLoader iterators
 
@@ -88,6 +91,12 @@ class WorkerDeaths:
             self.deaths += 1  # datareel's iterators look at their own workers at their next safe point
             if self._starting or self._waiting:  # inside a datareel DataLoader, maybe holding one of its locks
                 self._deferred += 1
+                reading, lost = self.reading, ""
+                if reading is not None:  # reading a batch, which a dead worker may have left half-written
+                    lost = reading.lost()
+                if lost:  # out of the read: only this iterator's reader lock is left held, and it is dropped
+                    self.reading = None
+                    raise WorkerLost(lost)
                 return
             with self._hidden():
                 torch_handler(signum, frame)  # any other DataLoader's dead worker: raised as torch does

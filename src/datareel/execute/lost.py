@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection
 import queue
+import threading
 import time
 import weakref
 from typing import Any
@@ -118,7 +119,14 @@ class GuardedResults:
                     raise
 
     def _get(self, **kwargs: Any) -> Any:
+        """One read.  A worker killed halfway through writing a batch leaves the read blocked for ever (the
+        rest never comes, and the pipe never closes): a death signalled during the read raises out of it
+        (:class:`.deaths.WorkerDeaths`), and one signalled before it is looked for here first."""
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            WORKER_DEATHS.reading = self
         try:
+            self._raise_if_a_worker_died(look=False)
             return self._queue.get(**kwargs)
         except (OSError, EOFError) as exc:
             iterator = self._iterator()
@@ -126,15 +134,23 @@ class GuardedResults:
             if lost is None:
                 raise
             raise WorkerLost(str(lost)) from exc
+        finally:
+            if main:
+                WORKER_DEATHS.reading = None
+
+    def lost(self) -> str:
+        """A dead worker of this reader's iterator, in words (``""``: none)."""
+        iterator = self._iterator()
+        dead = dead_workers(iterator) if iterator is not None else ""
+        return f"DataLoader worker process ended unexpectedly: {dead}" if dead else ""
 
     def _raise_if_a_worker_died(self, *, look: bool) -> None:
         if self._deaths == WORKER_DEATHS.deaths and not look:  # no child has ended since the last look
             return
         self._deaths = WORKER_DEATHS.deaths
-        iterator = self._iterator()
-        dead = dead_workers(iterator) if iterator is not None else ""
-        if dead:
-            raise WorkerLost(f"DataLoader worker process ended unexpectedly: {dead}")
+        lost = self.lost()
+        if lost:
+            raise WorkerLost(lost)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._queue, name)

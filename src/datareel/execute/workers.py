@@ -187,6 +187,7 @@ def start_iterator(dataloader: Any) -> Any:
             inner = iter(dataloader)
         except WorkerLost as exc:  # a persistent worker died while torch resumed it: the first next() says so
             stop_iterator(getattr(dataloader, "_iterator", None))
+            dataloader._iterator = None  # the next iter() starts fresh workers
             return Reported(RuntimeError(str(exc)))
         if hasattr(inner, "_workers"):  # torch's multi-process iterator: its deaths are datareel's
             WORKER_DEATHS.install(inner)
