@@ -156,7 +156,7 @@ def _energon_workers_stopped_at_once():
     """megatron.energon's savable loader (the reference many tests run beside ours) keeps a non-daemon command
     thread in each worker that ends only on its own ``(None,)`` command, which torch's worker shutdown does not
     send: each worker outlives torch's 5-s join and torch then terminates it (10 s per loader with 2 workers, most
-    of the time of the tests that run it).  For Energon's savable loaders only, this terminates the workers at
+    of the time of the tests that run it).  For Energon's savable loaders only, this kills the workers at
     the start of torch's shutdown instead of after its timeout, the outcome torch reaches anyway, through
     datareel's :func:`~datareel.execute.lost.stop_iterator` (their pids leave torch's SIGCHLD watch first, and
     the stop event is not set: terminating them and then letting torch set it hung the session once, a worker

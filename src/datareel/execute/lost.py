@@ -114,8 +114,8 @@ class GuardedResults:
             try:
                 return self._get(timeout=max(0.0, min(DEATH_CHECK_SECONDS, left)))
             except queue.Empty:
-                self._raise_if_a_worker_died(look=last)
-                if last:
+                if last:  # before torch's own check: a death the count did not show (the next read looks first)
+                    self._raise_if_a_worker_died(look=True)
                     raise
 
     def _get(self, **kwargs: Any) -> Any:
