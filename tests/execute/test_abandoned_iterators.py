@@ -11,8 +11,10 @@ from __future__ import annotations
 import gc
 
 import pytest
+from torch.utils.data import SequentialSampler
 
 import datareel
+from datareel.execute.workers import WorkerOptions, start_iterator
 from hangs import must_return
 
 pytestmark = pytest.mark.workers
@@ -76,3 +78,29 @@ def test_an_iterator_dropped_in_a_reference_cycle_stops_its_workers_through_its_
     assert [w.is_alive() for w in workers] == [False, False]
     assert next(iter(loader)).tolist() == [4, 5, 6, 7]
     loader.close()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # the guard's raise, in a __del__
+@pytest.mark.parametrize("layer", ["Loader", "DataLoader"])
+def test_persistent_workers_of_a_loader_dropped_in_a_reference_cycle_are_told_to_stop(layer):
+    """A DataLoader keeps its persistent workers' iterator: dropped in a cycle (a Loader that is never closed, the
+    Energon facade's val loader), the collector finalized torch's queues first, the workers never heard the stop,
+    and torch's ``__del__`` waited its 5-s join for each (10 s at whatever line the collection ran)."""
+    if layer == "Loader":
+        loader = _loader(persistent=True)
+        it = iter(loader)
+        assert next(it).tolist() == [0, 1, 2, 3]
+        workers = list(it.inner._workers)
+        loader.cycle, it.cycle = loader, it
+        del loader, it
+    else:
+        dataloader = WorkerOptions(num_workers=2, persistent_workers=True).dataloader(
+            list(range(8)), SequentialSampler(range(8)), seed=0
+        )
+        assert list(start_iterator(dataloader)) == list(range(8))
+        workers = list(dataloader._iterator._workers)
+        dataloader.cycle = dataloader
+        del dataloader
+    with must_return(4.5):  # less than one of torch's 5-s joins: the workers were told to stop, not waited out
+        gc.collect()
+    assert [w.is_alive() for w in workers] == [False, False]

@@ -16,6 +16,7 @@ import multiprocessing.util
 import os
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,4 +194,21 @@ def start_iterator(dataloader: Any) -> Any:
             WORKER_DEATHS.install(inner)
     widen_result_pipe(inner)
     guard_result_queue(inner)  # a batch lost with its worker: reported as the worker's death
+    if hasattr(inner, "_workers") and getattr(dataloader, "_iterator", None) is inner:
+        _stop_with(dataloader, inner)
     return inner
+
+
+def _stop_with(dataloader: Any, inner: Any) -> None:
+    """The persistent workers a DataLoader keeps (``inner``) stop when it is collected.  Dropped in a reference
+    cycle, the collector finalized torch's queues before torch's ``__del__`` could tell the workers to stop, and
+    that ``__del__`` then waited 5 s for each worker; this finalizer runs first, while the queues work."""
+    kept = getattr(dataloader, "_datareel_kept", None)
+    if kept is None:
+        kept = dataloader._datareel_kept = [None]  # one finalizer per DataLoader, for the iterator it keeps now
+        weakref.finalize(dataloader, _stop_kept, kept).atexit = False  # at exit torch's own hooks stop them
+    kept[0] = inner
+
+
+def _stop_kept(kept: list[Any]) -> None:
+    stop_iterator(kept[0])
