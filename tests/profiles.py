@@ -7,7 +7,7 @@ cheap one under every profile and one number scales them all:
 =========  ===========  ========================================================================
 profile    base count   use
 =========  ===========  ========================================================================
-``ci``     60           ``CI`` set (``.ci/run``): derandomized, the same examples every run, sized
+``ci``     40           ``CI`` set (``.ci/run``): derandomized, the same examples every run, sized
                         so the README's test command fits 10 minutes on 2 cores
 ``explore`` 200         the local default: new random examples on every run, more of them
 ``fast``   10           derandomized, a few examples each: with ``-m "not slow and not workers"``
@@ -25,7 +25,7 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-BASE = {"ci": 60, "explore": 200, "fast": 10}  # examples of a test at scale 1.0
+BASE = {"ci": 40, "explore": 200, "fast": 10}  # examples of a test at scale 1.0
 SLOW_IS_FINE = [HealthCheck.too_slow]  # examples that build loaders are slow by nature; a hang guard bounds them
 
 COMMON = dict(print_blob=True, deadline=None, suppress_health_check=SLOW_IS_FINE)
