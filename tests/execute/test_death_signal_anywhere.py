@@ -101,3 +101,38 @@ def test_a_death_signalled_right_after_any_lock_in_next_costs_no_batch_and_no_ha
         reached, failures = run(at_lock, workers, persistent, pin_memory)
         assert reached == at_lock + 1, (at_lock, reached, failures)  # delivered there, inside next()
         assert len(failures) == 1, (at_lock, failures)  # one iterator ended, reported by next()
+
+
+def test_the_handler_raises_only_out_of_the_pipes_read_and_elsewhere_signals_again():
+    """The one report the handler raises (a read its dead worker left half-written waits for ever) comes out of
+    the read itself only; at any other line of the read (a gc callback, a finalizer: Python drops what they
+    raise) it raises nothing and the signal comes again, until the main thread is in the read or left it."""
+    import multiprocessing.connection
+
+    from datareel.errors import WorkerLost
+    from datareel.execute.deaths import WORKER_DEATHS
+
+    class Reader:  # a result read whose iterator lost a worker
+        def lost(self) -> str:
+            return "DataLoader worker process ended unexpectedly: pid 1 killed by signal SIGKILL"
+
+    with WORKER_DEATHS.starting():  # torch's SIGCHLD handler set, and datareel's around it
+        pass
+    handler = signal.getsignal(signal.SIGCHLD)
+    scope: dict = {}
+    exec(compile("import sys; frame = sys._getframe()", multiprocessing.connection.__file__, "exec"), scope)
+    again: list = []
+    counted = WORKER_DEATHS.wait()
+    WORKER_DEATHS.reading = Reader()
+    signal.signal(signal.SIGCHLD, lambda signum, frame: again.append(frame))  # where the signal comes again
+    try:
+        with must_return(10):
+            handler(signal.SIGCHLD, sys._getframe())  # this test's line: not the read
+            while not again:
+                time.sleep(0.001)
+            with pytest.raises(WorkerLost, match="pid 1 killed by signal SIGKILL"):
+                handler(signal.SIGCHLD, scope["frame"])  # a frame of the pipe's read
+    finally:
+        WORKER_DEATHS.reading = None
+        signal.signal(signal.SIGCHLD, handler)
+        WORKER_DEATHS.done(counted)

@@ -9,6 +9,8 @@ there, never in the training step.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.connection
+import selectors
 import signal
 import threading
 import weakref
@@ -37,6 +39,12 @@ class WorkerDeaths:
     every other DataLoader's dead worker (a user's own, beside datareel) as it does without datareel; while a
     datareel ``next()`` waits for workers (:meth:`wait`) or an iterator starts (:meth:`starting`), that call
     is put off to their end, where no lock of datareel's DataLoader is held.
+
+    One raise is left: a read of a batch that a dead worker left half-written waits for the rest for ever, so
+    a death signalled while the main thread is inside a result read (:attr:`reading`) raises
+    :class:`~datareel.errors.WorkerLost` out of it, but only where the handler interrupted the pipe's read
+    itself; where it ran elsewhere in the read (a gc callback or a finalizer, which would drop the exception)
+    the signal comes again a moment later, for as long as the read goes on.
     """
 
     def __init__(self) -> None:
@@ -94,15 +102,29 @@ class WorkerDeaths:
                 reading, lost = self.reading, ""
                 if reading is not None:  # reading a batch, which a dead worker may have left half-written
                     lost = reading.lost()
-                if lost:  # out of the read: only this iterator's reader lock is left held, and it is dropped
-                    self.reading = None
-                    raise WorkerLost(lost)
+                if lost:  # signalled again soon while the read goes on (a raise in a gc callback is dropped)
+                    self._again(reading)
+                    if _in_a_read(frame):  # out of the read: only this iterator's reader lock stays held
+                        raise WorkerLost(lost)
                 return
             with self._hidden():
                 torch_handler(signum, frame)  # any other DataLoader's dead worker: raised as torch does
 
         signal.signal(signal.SIGCHLD, handler)
         self._installed = True
+
+    def _again(self, reading: Any) -> None:
+        """The signal once more, in :data:`AGAIN_SECONDS`, while the main thread is still inside ``reading``:
+        a raise from the handler where it ran now would be swallowed, and the read that follows may wait for
+        the rest of a batch its dead worker never wrote."""
+
+        def again() -> None:
+            if self.reading is reading:
+                signal.pthread_kill(self._main, signal.SIGCHLD)
+
+        timer = threading.Timer(AGAIN_SECONDS, again)
+        timer.daemon = True
+        timer.start()
 
     @contextlib.contextmanager
     def _hidden(self) -> Iterator[None]:
@@ -146,6 +168,17 @@ class WorkerDeaths:
 
 
 WORKER_DEATHS = WorkerDeaths()
+
+AGAIN_SECONDS = 0.01
+"""How soon a death signal the handler could not raise from (:func:`_in_a_read`) comes again."""
+
+_READS = frozenset({multiprocessing.connection.__file__, selectors.__file__})
+
+
+def _in_a_read(frame: Any) -> bool:
+    """Whether the handler interrupted the read itself (a pipe's ``recv`` or ``poll``), where its exception ends
+    the read; in a gc callback, a finalizer or a weakref callback it would be printed and dropped."""
+    return frame is not None and frame.f_code.co_filename in _READS
 
 
 def dead_workers(iterator: Any) -> str:
