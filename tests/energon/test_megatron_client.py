@@ -82,8 +82,8 @@ def mixed(tmp_path_factory):
 
 
 def forked(ranks: RankServer, script: Path, nproc: int, dataset: Path, out: Path, *args: str) -> str:
-    """The datareel runs: ranks forked from the session's server (conftest.py).  Energon's own runs go through
-    torchrun itself, and so does datareel's in tests/e2e/test_distributed.py."""
+    """Ranks forked from the session's server (conftest.py): the datareel runs and Energon's packing run.  One
+    Energon run goes through torchrun itself, and so do datareel's in tests/e2e/test_distributed.py."""
     return ranks.run(script, nproc, str(dataset), str(out), *args, scratch=out.parent / f"{out.name}-tmp")
 
 
@@ -123,9 +123,15 @@ def global_batches(out: Path, world: int) -> list[list]:
 
 
 @pytest.mark.parametrize("pack", [False, True], ids=["packing-off", "packing-on"])
-def test_the_client_runs_on_energon(captions, tmp_path, pack):
+def test_the_client_runs_on_energon(captions, ranks, tmp_path, pack):
+    """megatron.energon's own loop: under torchrun itself (packing off: the one run of the client as a user starts
+    it), and in ranks forked from the session's server (packing on)."""
     out = tmp_path / "energon"
-    torchrun(SCRIPT, 2, captions, out, "--steps", "4", *(["--pack"] if pack else []))
+    args = ("--steps", "4", *(["--pack"] if pack else []))
+    if pack:
+        forked(ranks, SCRIPT, 2, captions, out, *args)
+    else:
+        torchrun(SCRIPT, 2, captions, out, *args)
     batches = global_batches(out, 2)
     assert len(batches) == 4 and all(len(r["keys"]) == 2 for b in batches for r in b)
     if pack:
