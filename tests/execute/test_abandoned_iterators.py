@@ -9,12 +9,16 @@ each worker cost torch's 5-s join: 10 s with 2 workers, 20 s with 4, at whatever
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import time
+import weakref
 
 import pytest
 from torch.utils.data import SequentialSampler
 
 import datareel
-from datareel.execute.workers import WorkerOptions, start_iterator
+from datareel.execute.workers import WorkerOptions, start_iterator, stop_iterator
 from hangs import must_return
 
 pytestmark = pytest.mark.workers
@@ -104,3 +108,73 @@ def test_persistent_workers_of_a_loader_dropped_in_a_reference_cycle_are_told_to
     with must_return(4.5):  # less than one of torch's 5-s joins: the workers were told to stop, not waited out
         gc.collect()
     assert [w.is_alive() for w in workers] == [False, False]
+
+
+class _PointsBack:
+    """A task encoder that refers back to its loader, as a trainer's bound method would."""
+
+    loader = None
+
+    def encode_sample(self, sample):
+        return sample
+
+
+def test_a_loader_its_encoder_points_back_at_is_collected_with_its_persistent_workers():
+    """The finalizer that stops the kept workers holds none of the loader's objects: holding the iterator (its
+    dataset, the encoder, the loader) kept the whole cycle alive for ever."""
+    encoder = _PointsBack()
+    loader = datareel.Loader(
+        datareel.from_sequence(list(range(40)), name="n"), global_batch_size=4, micro_batch_size=4, world_size=1,
+        rank=0, shuffle=False, num_workers=2, persistent_workers=True, task_encoder=encoder,
+    )  # fmt: skip
+    encoder.loader = loader
+    it = iter(loader)
+    next(it)
+    workers, collected = list(it.inner._workers), weakref.ref(loader)
+    del it, loader, encoder
+    gc.collect()
+    assert collected() is None
+    assert [w.is_alive() for w in workers] == [False, False]
+
+
+def test_an_iterator_of_a_dataloader_nobody_holds_goes_on():
+    """The kept workers stop when the DataLoader goes only if its iterator goes too: one still iterated works."""
+    inner = start_iterator(
+        WorkerOptions(num_workers=2, persistent_workers=True).dataloader(
+            list(range(8)), SequentialSampler(range(8)), seed=0
+        )
+    )
+    assert list(inner) == list(range(8))
+    stop_iterator(inner)
+
+
+class _Stalls:
+    """One sample (once, in a worker) takes ``seconds``."""
+
+    def __init__(self, marker, at, seconds):
+        self.marker, self.at, self.seconds, self.parent = str(marker), at, seconds, os.getpid()
+
+    def encode_sample(self, sample):
+        if sample == self.at and os.getpid() != self.parent and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            time.sleep(self.seconds)
+        return sample
+
+
+def test_a_timed_out_persistent_worker_is_killed_not_waited_for(tmp_path):
+    """A failed ``next()`` drops the persistent DataLoader, and then kills the iterator's workers with their work
+    (exit status -SIGKILL); the DataLoader's finalizer must not stop them first the slow way (torch's stop
+    waited 5 s for the busy worker, then terminated it: -SIGTERM)."""
+    loader = datareel.Loader(
+        datareel.from_sequence(list(range(200)), name="n"), global_batch_size=4, micro_batch_size=4, world_size=1,
+        rank=0, shuffle=False, num_workers=1, persistent_workers=True, timeout=1.0,
+        task_encoder=_Stalls(tmp_path / "stalled", 13, 30.0),
+    )  # fmt: skip
+    it = iter(loader)
+    workers = list(it.inner._workers)
+    with pytest.raises(RuntimeError, match="timed out"):
+        while True:
+            next(it)
+    assert [w.exitcode for w in workers] == [-signal.SIGKILL]
+    assert loader.cursor == 12
+    loader.close()

@@ -22,11 +22,12 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data._utils import signal_handling
 
 from ..errors import BatchError, OptionError, check_int
 from ..lifetime import die_with_parent
 from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers
-from .lost import GuardedResults, Reported, WorkerLost, guard_result_queue, lost_worker, stop_iterator
+from .lost import STOP_WAIT, GuardedResults, Reported, WorkerLost, guard_result_queue, lost_worker, stop_iterator
 from .picklable import check_picklable, start_method
 
 __all__ = [
@@ -200,15 +201,52 @@ def start_iterator(dataloader: Any) -> Any:
 
 
 def _stop_with(dataloader: Any, inner: Any) -> None:
-    """The persistent workers a DataLoader keeps (``inner``) stop when it is collected.  Dropped in a reference
-    cycle, the collector finalized torch's queues before torch's ``__del__`` could tell the workers to stop, and
-    that ``__del__`` then waited 5 s for each worker; this finalizer runs first, while the queues work."""
+    """The persistent workers a DataLoader keeps (``inner``) stop when the DataLoader and ``inner`` are collected
+    together.  Dropped in a reference cycle, the collector finalized torch's queues before torch's ``__del__``
+    could tell the workers to stop, and that ``__del__`` then waited 5 s for each worker; this finalizer runs
+    first, while the queues work.  It holds what a stop needs (:class:`_KeptWorkers`), never the iterator or
+    the dataset (a user's encoder that points back at the loader would keep it alive for ever), and does
+    nothing while ``inner`` lives on elsewhere (its holder stops it) or in a forked child."""
     kept = getattr(dataloader, "_datareel_kept", None)
     if kept is None:
-        kept = dataloader._datareel_kept = [None]  # one finalizer per DataLoader, for the iterator it keeps now
-        weakref.finalize(dataloader, _stop_kept, kept).atexit = False  # at exit torch's own hooks stop them
-    kept[0] = inner
+        kept = dataloader._datareel_kept = _KeptWorkers()  # one finalizer per DataLoader
+        weakref.finalize(dataloader, kept.stop).atexit = False  # at exit multiprocessing ends daemonic workers
+    kept.keep(inner)
 
 
-def _stop_kept(kept: list[Any]) -> None:
-    stop_iterator(kept[0])
+class _KeptWorkers:
+    """The parts of the persistent iterator a DataLoader keeps that stopping its workers needs."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.inner: Any = lambda: None  # a weak reference to the kept iterator
+        self.parts: dict[str, Any] = {}
+
+    def keep(self, inner: Any) -> None:
+        self.inner = weakref.ref(inner)
+        names = ("_workers", "_index_queues", "_workers_done_event", "_pin_memory_thread_done_event")
+        self.parts = {name: getattr(inner, name, None) for name in names}
+        self.parts["key"] = id(inner) if getattr(inner, "_worker_pids_set", False) else None
+
+    def stop(self) -> None:
+        if os.getpid() != self.pid or self.inner() is not None:
+            return
+        workers, queues = self.parts.get("_workers") or [], self.parts.get("_index_queues") or []
+        if self.parts.get("key") is not None:  # out of torch's SIGCHLD check; its __del__ still finds the entry
+            with contextlib.suppress(Exception):
+                signal_handling._remove_worker_pids(self.parts["key"])
+                signal_handling._set_worker_pids(self.parts["key"], ())
+        if self.parts.get("_pin_memory_thread_done_event") is not None:
+            self.parts["_pin_memory_thread_done_event"].set()
+        alive = [w.is_alive() for w in workers]
+        if all(alive) and self.parts.get("_workers_done_event") is not None:  # torch's own stop: none holds a lock
+            self.parts["_workers_done_event"].set()
+            for q in queues:
+                with contextlib.suppress(Exception):
+                    q.put(None)
+            for w in workers:
+                w.join(timeout=STOP_WAIT)
+        for w in workers:
+            if w.is_alive():
+                w.kill()
+                w.join(timeout=STOP_WAIT)
