@@ -14,6 +14,8 @@ own check would find the death within 5 s even without the signal).
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import signal
 import sys
@@ -103,35 +105,89 @@ def test_a_death_signalled_right_after_any_lock_in_next_costs_no_batch_and_no_ha
         assert len(failures) == 1, (at_lock, failures)  # one iterator ended, reported by next()
 
 
-def test_the_handler_raises_only_out_of_the_pipes_read_and_elsewhere_signals_again():
-    """The one report the handler raises (a read its dead worker left half-written waits for ever) comes out of
-    the read itself only; at any other line of the read (a gc callback, a finalizer: Python drops what they
-    raise) it raises nothing and the signal comes again, until the main thread is in the read or left it."""
-    import multiprocessing.connection
+class _Dead:
+    """A worker process that has ended."""
 
+    pid, exitcode = 1, -signal.SIGKILL
+
+    def is_alive(self) -> bool:
+        return False
+
+
+class _LostIterator:
+    """A DataLoader iterator whose one worker died."""
+
+    _shutdown, _workers, _workers_status = False, [_Dead()], [True]
+
+
+def _read_code(module: str, source: str) -> dict:
+    """Functions compiled as ``module``'s code, in its file (the handler tells the read's own code by its module)."""
+    scope = {"__name__": module}
+    exec(compile(source, importlib.import_module(module).__file__, "exec"), scope)
+    return scope
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # a report raised and dropped
+@pytest.mark.parametrize(
+    ("where", "raises"),
+    [
+        ("the pipe's read", True),
+        ("a __del__ of the pipe's module, run inside the read", False),
+        ("a gc callback run inside the read", False),
+        ("the pipe's code, run outside any read", False),
+    ],
+)
+def test_the_handler_raises_only_out_of_the_read_itself_and_elsewhere_signals_again(where, raises):
+    """The one report the handler raises (a read its dead worker left half-written waits for ever) comes out of
+    the read itself only: from the reader's ``_get`` down, every frame the read's own code.  A gc callback, a
+    finalizer or a ``__del__`` run inside the read (Python drops what they raise), or the same code run
+    outside a read, gets nothing raised, and the signal comes again while the read goes on."""
     from datareel.errors import WorkerLost
     from datareel.execute.deaths import WORKER_DEATHS
-
-    class Reader:  # a result read whose iterator lost a worker
-        def lost(self) -> str:
-            return "DataLoader worker process ended unexpectedly: pid 1 killed by signal SIGKILL"
+    from datareel.execute.lost import GuardedResults
 
     with WORKER_DEATHS.starting():  # torch's SIGCHLD handler set, and datareel's around it
         pass
     handler = signal.getsignal(signal.SIGCHLD)
-    scope: dict = {}
-    exec(compile("import sys; frame = sys._getframe()", multiprocessing.connection.__file__, "exec"), scope)
+    signalled = functools.partial(handler, signal.SIGCHLD)  # called with the frame the signal interrupted
+    pipe = _read_code(
+        "multiprocessing.connection",
+        "import sys\n"
+        "def recv(signalled):\n    signalled(sys._getframe())\n"
+        "class Pipe:\n    def __del__(self):\n        recv(self.signalled)\n"
+        "def close_one(signalled):\n    pipe = Pipe()\n    pipe.signalled = signalled\n    del pipe\n",
+    )
+    queues = _read_code("multiprocessing.queues", "def get(read, **kwargs):\n    return read()\n")
+
+    def callback() -> None:  # this test's code, run inside the read (as a gc callback is)
+        signalled(sys._getframe())
+
+    read = {
+        "the pipe's read": functools.partial(pipe["recv"], signalled),
+        "a __del__ of the pipe's module, run inside the read": functools.partial(pipe["close_one"], signalled),
+        "a gc callback run inside the read": callback,
+    }.get(where, callback)
+    lost = _LostIterator()  # the reader holds it weakly
+    queue = type("Queue", (), {"get": staticmethod(functools.partial(queues["get"], read))})()
+    reader = GuardedResults(queue, lost)
     again: list = []
     counted = WORKER_DEATHS.wait()
-    WORKER_DEATHS.reading = Reader()
     signal.signal(signal.SIGCHLD, lambda signum, frame: again.append(frame))  # where the signal comes again
     try:
         with must_return(10):
-            handler(signal.SIGCHLD, sys._getframe())  # this test's line: not the read
-            while not again:
-                time.sleep(0.001)
-            with pytest.raises(WorkerLost, match="pid 1 killed by signal SIGKILL"):
-                handler(signal.SIGCHLD, scope["frame"])  # a frame of the pipe's read
+            if where == "the pipe's code, run outside any read":
+                WORKER_DEATHS.reading = reader
+                pipe["recv"](signalled)
+                WORKER_DEATHS.reading = None
+            elif raises:
+                with pytest.raises(WorkerLost, match="pid 1 killed by signal SIGKILL"):
+                    reader._get(timeout=0.05)
+            else:
+                reader._get(timeout=0.05)
+            if not raises and where != "the pipe's code, run outside any read":
+                WORKER_DEATHS.reading = reader  # the read goes on: the signal comes again
+                while not again:
+                    time.sleep(0.001)
     finally:
         WORKER_DEATHS.reading = None
         signal.signal(signal.SIGCHLD, handler)

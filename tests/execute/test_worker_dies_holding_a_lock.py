@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import fcntl
 import gc
-import multiprocessing.queues
+import multiprocessing.connection
 import os
 import signal
 import struct
 import sys
 import termios
+import traceback
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def half_a_batch(q) -> None:
 
 
 HALF = 14  # bytes of the half-written batch: its length, then the first bytes
-QUEUES = multiprocessing.queues.__file__
+CONNECTION = multiprocessing.connection.__file__
 
 
 LOCKS = {  # torch's worker loop's local -> what the worker does to it before it dies
@@ -108,66 +109,82 @@ def test_a_worker_that_dies_holding_a_shared_lock_costs_no_batch(tmp_path, lock,
     assert trained == reference()  # nothing skipped, nothing repeated
 
 
+class DiesHoldingListBatches(DiesHolding):
+    """Batches as plain lists: no tensor shared through the worker (whose reading fails once it is dead)."""
+
+    def batch(self, samples):
+        return [int(sample) for sample in samples]
+
+
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # a report dropped in a callback
 def test_a_death_handled_in_a_gc_callback_during_the_read_of_a_half_written_batch_still_ends_the_read(tmp_path):
     """Python runs a signal's handler at whatever bytecode the main thread is at, a gc callback's too (hypothesis
     installs one), where a raised exception is printed and dropped: a full run's warnings showed the handler's
-    report of a dead worker dropped so (where nothing else ends that read, it waits for the rest of a half-written
-    batch for ever).  Here the death's own signal is swallowed, and its handler is called from a gc callback while
-    the main thread is inside the queue's read of the half batch (the batches before it read): nothing is raised
-    there, and the read still ends with the report."""
+    report of a dead worker dropped so, and a read of a batch that worker left half-written then waits for the
+    rest for ever.  Two workers: the second dies halfway through writing micro-batch 7, holding the pipe's write
+    lock (the first waits on it).  Its death's own signal is swallowed, and as the read of that half batch begins
+    a collection calls the handler from a gc callback: nothing is raised there, the signal comes again, and the
+    report comes out of the pipe's read."""
     from datareel.execute.deaths import WORKER_DEATHS
 
+    marker = tmp_path / "died"
     loader = datareel.Loader(
         datareel.from_sequence(list(range(200)), name="numbers"),
-        num_workers=1,
-        task_encoder=DiesHolding(tmp_path / "died", DIES_AT, "half-written-batch"),
+        num_workers=2,
+        task_encoder=DiesHoldingListBatches(marker, 29, "half-written-batch"),  # micro-batch 7: past the first indices
         **OPTIONS,
     )
     trained, failures, delivered = [], [], []
     it = iter(loader)
-    trained.append(next(it).tolist())
     handler = signal.getsignal(signal.SIGCHLD)  # datareel's (around torch's), installed by iter()
     assert callable(handler), handler
-    victim = it.inner._workers[0].pid
+
+    def swallow_the_first(signum, frame):  # the death's own signal(s); those after the delivery reach the handler
+        if delivered:
+            handler(signum, frame)
+
+    signal.signal(signal.SIGCHLD, swallow_the_first)
     pipe = it.inner._worker_result_queue._reader.fileno()
 
     def unread() -> int:  # bytes in the result pipe
         return struct.unpack("i", fcntl.ioctl(pipe, termios.FIONREAD, b"\0\0\0\0"))[0]
 
-    def swallow_the_first(signum, frame):  # the death's own signal; any later one reaches the handler
-        if delivered:
-            handler(signum, frame)
-
-    def in_the_read(phase, info):
-        if delivered or WORKER_DEATHS.reading is None or not (tmp_path / "died").exists():
-            return
-        frame = sys._getframe(1)
-        while frame is not None and not (frame.f_code.co_name == "get" and frame.f_code.co_filename == QUEUES):
-            frame = frame.f_back
-        if frame is not None and unread() == HALF:  # the batches before it read: this read waits for ever
-            os.waitid(os.P_PID, victim, os.WEXITED | os.WNOWAIT)  # it wrote the half batch: it dies now
+    def in_the_read(phase, info):  # a gc callback: the handler runs inside it, as a signal's would
+        if armed and not delivered:
             delivered.append(phase)
-            handler(signal.SIGCHLD, sys._getframe())  # as the signal would run it: inside this callback
+            handler(signal.SIGCHLD, sys._getframe())
 
-    threshold = gc.get_threshold()
-    signal.signal(signal.SIGCHLD, swallow_the_first)
+    def profile(frame, event, arg):  # the read of the half batch begins: a collection runs the callback there
+        code = frame.f_code
+        if event == "call" and code.co_name == "_recv_bytes" and code.co_filename == CONNECTION and not armed:
+            if WORKER_DEATHS.reading is not None and marker.exists() and unread() == HALF:
+                sys.setprofile(None)
+                os.waitid(os.P_PID, int(marker.read_text()), os.WEXITED | os.WNOWAIT)  # it wrote the half: it dies
+                armed.append(True)
+                gc.collect()
+
+    armed: list = []
     gc.callbacks.append(in_the_read)
-    gc.set_threshold(1)  # a collection (and the callback) at almost every allocation
     try:
         with must_return(30):
             while len(trained) < TOTAL and len(failures) < 3:
                 try:
                     while len(trained) < TOTAL:
-                        trained.append(next(it).tolist())
+                        sys.setprofile(None if armed else profile)
+                        try:
+                            batch = next(it)
+                        finally:
+                            sys.setprofile(None)
+                        trained.append(list(batch))
                 except RuntimeError as exc:  # the loader's report: a new iter() goes on
-                    failures.append(str(exc).split("\n")[0])
+                    failures.append(exc)
                     it = iter(loader)
     finally:
         gc.callbacks.remove(in_the_read)
-        gc.set_threshold(*threshold)
         signal.signal(signal.SIGCHLD, handler)
         loader.close()
-    assert delivered, "the callback never ran inside the read"
-    assert len(failures) == 1 and "DataLoader worker" in failures[0], failures
+    assert delivered, "the callback never ran inside the read of the half batch"
+    assert len(failures) == 1 and "DataLoader worker" in str(failures[0]), failures
+    frames = [(f.filename, f.name) for f in traceback.extract_tb(failures[0].__cause__.__traceback__)]
+    assert (CONNECTION, "_recv") in frames, frames  # raised out of the pipe's read, by the signal that came again
     assert trained == reference()

@@ -9,8 +9,6 @@ there, never in the training step.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing.connection
-import selectors
 import signal
 import threading
 import weakref
@@ -172,13 +170,34 @@ WORKER_DEATHS = WorkerDeaths()
 AGAIN_SECONDS = 0.01
 """How soon a death signal the handler could not raise from (:func:`_in_a_read`) comes again."""
 
-_READS = frozenset({multiprocessing.connection.__file__, selectors.__file__})
+READ_MODULES = frozenset(
+    {
+        "multiprocessing.connection",
+        "multiprocessing.queues",
+        "multiprocessing.reduction",
+        "multiprocessing.resource_sharer",
+        "selectors",
+        "socket",
+        "torch.multiprocessing.reductions",
+    }
+)
+"""The modules whose code a result read runs (the pipe, its poll, a batch's shared tensors received)."""
+
+_READER = __name__.rpartition(".")[0] + ".lost"  # the module of GuardedResults, whose ``_get`` is the read
 
 
 def _in_a_read(frame: Any) -> bool:
-    """Whether the handler interrupted the read itself (a pipe's ``recv`` or ``poll``), where its exception ends
-    the read; in a gc callback, a finalizer or a weakref callback it would be printed and dropped."""
-    return frame is not None and frame.f_code.co_filename in _READS
+    """Whether the handler interrupted the read itself: every frame from ``frame`` up to the result reader's
+    ``GuardedResults._get`` runs the read's own code (:data:`READ_MODULES`), and none is a ``__del__``.  A gc
+    callback, a finalizer or a weakref callback run inside the read (Python drops what they raise) breaks the
+    chain, and so does the same code run outside a read."""
+    while frame is not None:
+        if frame.f_code.co_name == "_get" and frame.f_globals.get("__name__") == _READER:
+            return True
+        if frame.f_globals.get("__name__") not in READ_MODULES or frame.f_code.co_name == "__del__":
+            return False
+        frame = frame.f_back
+    return False
 
 
 def dead_workers(iterator: Any) -> str:
