@@ -22,12 +22,11 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torch.utils.data._utils import signal_handling
 
 from ..errors import BatchError, OptionError, check_int
 from ..lifetime import die_with_parent
 from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers
-from .lost import STOP_WAIT, GuardedResults, Reported, WorkerLost, guard_result_queue, lost_worker, stop_iterator
+from .lost import GuardedResults, Reported, WorkerLost, guard_result_queue, lost_worker, stop_iterator
 from .picklable import check_picklable, start_method
 
 __all__ = [
@@ -201,52 +200,36 @@ def start_iterator(dataloader: Any) -> Any:
 
 
 def _stop_with(dataloader: Any, inner: Any) -> None:
-    """The persistent workers a DataLoader keeps (``inner``) stop when the DataLoader and ``inner`` are collected
-    together.  Dropped in a reference cycle, the collector finalized torch's queues before torch's ``__del__``
-    could tell the workers to stop, and that ``__del__`` then waited 5 s for each worker; this finalizer runs
-    first, while the queues work.  It holds what a stop needs (:class:`_KeptWorkers`), never the iterator or
-    the dataset (a user's encoder that points back at the loader would keep it alive for ever), and does
-    nothing while ``inner`` lives on elsewhere (its holder stops it) or in a forked child."""
+    """The persistent workers a DataLoader keeps (``inner``) stop as torch stops them when both are collected.
+    Dropped in a reference cycle, the collector finalized torch's queues and pipes (their finalizers and
+    ``__del__``) before torch's ``__del__`` told the workers to stop through them, and that ``__del__`` then
+    waited its 5-s join for each worker.  A finalizer of the DataLoader holds those queues, events and processes
+    (never the iterator or the dataset: a user's encoder that points back at the loader would keep it alive for
+    ever), so they are not part of the garbage; it lets go of them once the DataLoader is gone, and torch's own
+    shutdown then runs with them intact."""
     kept = getattr(dataloader, "_datareel_kept", None)
     if kept is None:
-        kept = dataloader._datareel_kept = _KeptWorkers()  # one finalizer per DataLoader
-        weakref.finalize(dataloader, kept.stop).atexit = False  # at exit multiprocessing ends daemonic workers
-    kept.keep(inner)
+        kept = dataloader._datareel_kept = _KeptParts()  # one finalizer per DataLoader
+        weakref.finalize(dataloader, kept.release).atexit = False
+    kept.parts = [getattr(inner, name, None) for name in _PARTS]
 
 
-class _KeptWorkers:
-    """The parts of the persistent iterator a DataLoader keeps that stopping its workers needs."""
+_PARTS = (
+    "_workers",
+    "_index_queues",
+    "_worker_result_queue",
+    "_data_queue",
+    "_workers_done_event",
+    "_pin_memory_thread",
+    "_pin_memory_thread_done_event",
+)
+"""What torch's shutdown of a multi-process iterator goes through (none of it holds the dataset)."""
 
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.inner: Any = lambda: None  # a weak reference to the kept iterator
-        self.parts: dict[str, Any] = {}
 
-    def keep(self, inner: Any) -> None:
-        self.inner = weakref.ref(inner)
-        names = ("_workers", "_index_queues", "_workers_done_event", "_pin_memory_thread_done_event")
-        self.parts = {name: getattr(inner, name, None) for name in names}
-        self.parts["key"] = id(inner) if getattr(inner, "_worker_pids_set", False) else None
+class _KeptParts:
+    """The parts of the iterator a DataLoader keeps that its shutdown needs, held until the DataLoader goes."""
 
-    def stop(self) -> None:
-        if os.getpid() != self.pid or self.inner() is not None:
-            return
-        workers, queues = self.parts.get("_workers") or [], self.parts.get("_index_queues") or []
-        if self.parts.get("key") is not None:  # out of torch's SIGCHLD check; its __del__ still finds the entry
-            with contextlib.suppress(Exception):
-                signal_handling._remove_worker_pids(self.parts["key"])
-                signal_handling._set_worker_pids(self.parts["key"], ())
-        if self.parts.get("_pin_memory_thread_done_event") is not None:
-            self.parts["_pin_memory_thread_done_event"].set()
-        alive = [w.is_alive() for w in workers]
-        if all(alive) and self.parts.get("_workers_done_event") is not None:  # torch's own stop: none holds a lock
-            self.parts["_workers_done_event"].set()
-            for q in queues:
-                with contextlib.suppress(Exception):
-                    q.put(None)
-            for w in workers:
-                w.join(timeout=STOP_WAIT)
-        for w in workers:
-            if w.is_alive():
-                w.kill()
-                w.join(timeout=STOP_WAIT)
+    parts: list[Any]
+
+    def release(self) -> None:
+        self.parts = []
