@@ -9,9 +9,6 @@ each worker cost torch's 5-s join: 10 s with 2 workers, 20 s with 4, at whatever
 from __future__ import annotations
 
 import gc
-import os
-import signal
-import time
 import weakref
 
 import pytest
@@ -146,35 +143,3 @@ def test_an_iterator_of_a_dataloader_nobody_holds_goes_on():
     )
     assert list(inner) == list(range(8))
     stop_iterator(inner)
-
-
-class _Stalls:
-    """One sample (once, in a worker) takes ``seconds``."""
-
-    def __init__(self, marker, at, seconds):
-        self.marker, self.at, self.seconds, self.parent = str(marker), at, seconds, os.getpid()
-
-    def encode_sample(self, sample):
-        if sample == self.at and os.getpid() != self.parent and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            time.sleep(self.seconds)
-        return sample
-
-
-def test_a_timed_out_persistent_worker_is_killed_not_waited_for(tmp_path):
-    """A failed ``next()`` drops the persistent DataLoader, and then kills the iterator's workers with their work
-    (exit status -SIGKILL); the DataLoader's finalizer must not stop them first the slow way (torch's stop
-    waited 5 s for the busy worker, then terminated it: -SIGTERM)."""
-    loader = datareel.Loader(
-        datareel.from_sequence(list(range(200)), name="n"), global_batch_size=4, micro_batch_size=4, world_size=1,
-        rank=0, shuffle=False, num_workers=1, persistent_workers=True, timeout=1.0,
-        task_encoder=_Stalls(tmp_path / "stalled", 13, 30.0),
-    )  # fmt: skip
-    it = iter(loader)
-    workers = list(it.inner._workers)
-    with pytest.raises(RuntimeError, match="timed out"):
-        while True:
-            next(it)
-    assert [w.exitcode for w in workers] == [-signal.SIGKILL]
-    assert loader.cursor == 12
-    loader.close()

@@ -180,6 +180,29 @@ def test_a_timed_out_worker_costs_no_batch(tmp_path, persistent):
     assert trained == reference()
 
 
+def test_a_timed_out_persistent_worker_is_killed_not_waited_for(tmp_path):
+    """A failed ``next()`` drops the persistent DataLoader, and then kills the iterator's workers with their work
+    (exit status -SIGKILL); the DataLoader's finalizer must not stop them first the slow way (torch's stop
+    waited 5 s for the busy worker, then terminated it: -SIGTERM)."""
+    loader = datareel.Loader(
+        data(),
+        shuffle=False,
+        num_workers=1,
+        persistent_workers=True,
+        timeout=1.0,
+        task_encoder=StallsOnce(tmp_path / "stalled", DIES_AT, seconds=30),
+        **OPTIONS,
+    )
+    it = iter(loader)
+    workers = list(it.inner._workers)
+    with must_return(60), pytest.raises(RuntimeError, match="timed out"):
+        while True:
+            next(it)
+    assert [w.exitcode for w in workers] == [-signal.SIGKILL]
+    assert loader.cursor == 12
+    loader.close()
+
+
 class InterruptedOnce(DiesOnce):
     """Raises ``KeyboardInterrupt`` (a ``BaseException``: not the sample's fault) at one sample, once."""
 

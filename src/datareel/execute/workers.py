@@ -195,11 +195,11 @@ def start_iterator(dataloader: Any) -> Any:
     widen_result_pipe(inner)
     guard_result_queue(inner)  # a batch lost with its worker: reported as the worker's death
     if hasattr(inner, "_workers") and getattr(dataloader, "_iterator", None) is inner:
-        _stop_with(dataloader, inner)
+        _keep_shutdown_parts(dataloader, inner)
     return inner
 
 
-def _stop_with(dataloader: Any, inner: Any) -> None:
+def _keep_shutdown_parts(dataloader: Any, inner: Any) -> None:
     """The persistent workers a DataLoader keeps (``inner``) stop as torch stops them when both are collected.
     Dropped in a reference cycle, the collector finalized torch's queues and pipes (their finalizers and
     ``__del__``) before torch's ``__del__`` told the workers to stop through them, and that ``__del__`` then
