@@ -10,12 +10,14 @@ and the fix.  Before: ``1.0`` and numpy's ``True`` were taken as 1 without a wor
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
 
+import datareel
 from datareel import DatasetError, OptionError
 from datareel import energon as den
 from datareel.energon.dataset_config import get_dataset_from_config
@@ -162,3 +164,25 @@ def test_a_metadataset_multiplier_means_what_it_means_to_megatron_energon(texts,
     assert not isinstance(theirs, Exception), theirs
     assert not isinstance(ours, Exception), ours
     assert ours.datasets[0].dataset.shuffled == (canonical is not None)
+
+
+@pytest.mark.parametrize("value,canonical", YAML_FAMILY, ids=[f"{type(v).__name__}-{v!r}" for v, _ in YAML_FAMILY])
+def test_datareel_reads_a_metadataset_multiplier_as_the_facade_does(texts, tmp_path, value, canonical):
+    """The builder behind ``get_train_dataset`` / ``open_dataset`` rides the same walk as the facade's
+    ``get_datasets`` (tested beside megatron.energon above): it refuses what that refuses, naming the value, and
+    reads an accepted value as its canonical one."""
+    import yaml
+
+    header = {"__module__": "megatron.energon", "__class__": "MetadatasetV2"}
+
+    def opened(written, name):
+        path = tmp_path / name
+        node = {"weight": 1, "path": str(texts), "shuffle_over_epochs_multiplier": written}
+        path.write_text(yaml.safe_dump({**header, "splits": {"train": {"blend": [node]}}}))
+        return datareel.open_dataset(path)
+
+    if canonical is REFUSED:
+        with pytest.raises(DatasetError, match=rf"shuffle_over_epochs_multiplier={re.escape(repr(value))}"):
+            opened(value, "mds.yaml")
+        return
+    assert opened(value, "mds.yaml").describe() == opened(canonical, "canonical.yaml").describe()

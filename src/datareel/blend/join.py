@@ -27,8 +27,8 @@ import numpy as np
 
 from ..errors import DatasetError
 from ..formats.join import NONMATCH, Column, JoinIndex, clashes, energon_index_path, index_path, prepare_join
-from ..formats.metafiles import check_keys, load_file
-from .metadataset_rules import beside
+from ..formats.metadataset.walk import Scope, Walk, beside
+from ..formats.metafiles import check_keys
 
 JOIN_KEYS = ("join", "joiner", "split_part", "subflavors", "shuffle_over_epochs_multiplier", "subset")
 """Keys of a join node (besides its ``weight`` / ``repetitions`` in a blend)."""
@@ -107,31 +107,46 @@ def file_joins(yaml_path: Path) -> list[tuple[list[Column], str]]:
     """Every join the metadataset file at ``yaml_path`` defines, in any split, as ``(columns, where)``
     (joins in the files it includes have their own cache; a join whose datasets cannot be read is left
     out, and named when it is loaded or prepared).  Two of them may clash on Energon's index name."""
+    joins = _Joins()
+    walk: Walk[None] = Walk(joins, follow=False, lenient=True)
     try:
-        config = load_file(Path(yaml_path), "metadataset", fix="fix the metadataset YAML")
+        splits = walk.document(Path(yaml_path))["splits"]
     except DatasetError:
         return []
-    splits = config.get("splits") if isinstance(config, dict) else None
-    out: list[tuple[list[Column], str]] = []
-
-    def walk(node: Any, split: str, where: str) -> None:
-        if not isinstance(node, dict):
-            return
-        if "join" in node:
+    for split in splits:
+        if isinstance(split, str):
             try:
-                out.append((columns_of(node, yaml_path, node.get("split_part") or split, where), where))
+                walk.tree(Path(yaml_path), split)
             except DatasetError:
                 pass
-            return
-        for kind in ("blend", "blend_epochized"):
-            items = node.get(kind)
-            for i, item in enumerate(items if isinstance(items, list) else ()):
-                walk(item, split, f"{where}.{kind}[{i}]")
+    return joins.found
 
-    for split, node in (splits if isinstance(splits, dict) else {}).items():
-        if isinstance(split, str):
-            walk(node, split, f"splits.{split}")
-    return out
+
+class _Joins:
+    """The walk's visitor that lists a file's joins (:func:`file_joins`)."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[list[Column], str]] = []
+
+    def enter(self, node: dict, scope: Scope) -> None:
+        pass
+
+    def dataset(self, node: dict, target: Any, scope: Scope) -> None:
+        pass
+
+    def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
+        pass
+
+    def blend(self, node: dict, kind: str, children: list[None], scope: Scope) -> None:
+        pass
+
+    def join(self, node: dict, scope: Scope) -> None:
+        try:
+            self.found.append(
+                (columns_of(node, scope.yaml, node.get("split_part") or scope.split, scope.where), scope.where)
+            )
+        except DatasetError:
+            pass
 
 
 def join_index(yaml_path: Path, columns: list[Column], where: str) -> JoinIndex:

@@ -14,7 +14,9 @@ A file without ``__class__`` is Energon's default, the legacy ``Metadataset``.  
 concatenate their datasets (weights and repetitions are ignored there, as in Energon).  Anything
 else — unknown keys, Energon's that datareel cannot honour — is refused naming the key: never dropped.
 
-Every mapping is checked key by key (:mod:`.metadataset_rules`: ``ROOT_KEYS``, ``DATASET_KEYS``,
+The tree is read by the one metadataset walk (:mod:`datareel.formats.metadataset.walk`: files, the legacy
+form, cycles, the size cap, nested metadatasets, subflavors, multipliers and subsets carried down); this
+module is its visitor that builds.  Every mapping is checked key by key (:mod:`.metadataset_rules`: ``DATASET_KEYS``,
 ``BLEND_KEYS``, ``weight`` only in a ``blend`` item and ``repetitions`` only
 in a ``blend_epochized`` one, ``subset: {range}``, a legacy split's ``datasets``):
 an unknown key (``splitz``, ``wieght``) is a :class:`~datareel.DatasetError`
@@ -26,41 +28,24 @@ whose ``path`` does not open names the YAML file and the entry.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import DatareelError, DatasetError, OptionError
-from ..formats import METADATASET, format_of
+from ..formats import WEBDATASET, format_of
+from ..formats.metadataset.walk import Scope, Walk, beside
 from ..formats.metafiles import close_names
-from ..plan.over_epochs import check_multiplier, combine
+from ..plan.over_epochs import check_multiplier
 from ..sources.base import Source
 from ..sources.joined import JoinedSource
 from ..sources.view import SourceView
 from ..storage.path import as_path
 from .aux import attach_aux
 from .join import open_join
-from .metadataset_files import MetadatasetFiles
 from .metadataset_rules import BLEND_KEYS as BLEND_KEYS
 from .metadataset_rules import DATASET_KEYS as DATASET_KEYS
 from .metadataset_rules import REFUSED as REFUSED
-from .metadataset_rules import (
-    apply_range,
-    beside,
-    check_entry_keys,
-    check_weight_keys,
-    entry_number,
-    parse_subset,
-)
+from .metadataset_rules import apply_range, check_entry_keys, check_weight_keys, entry_number, parse_subset
 from .tree import Blend, Concat, EpochizedMix, Mix, concat, mix, mix_epochized
-
-
-class _Context:
-    """What flows down the tree: split, subflavors, shuffle multiplier, relative subsets, and whether the
-    tree is read for training (blends mix) or not (they concatenate): the top split's mode, kept by a
-    nested metadataset whatever split it reads (as Energon's ``training`` flag)."""
-
-    def __init__(self, split: str, subflavors: dict, multiplier: Any, ranges: tuple, training: bool):
-        self.split, self.subflavors, self.multiplier, self.ranges = split, subflavors, multiplier, ranges
-        self.training = training
 
 
 def load_metadataset(
@@ -83,120 +68,67 @@ def load_metadataset(
         multiplier = check_multiplier(shuffle_over_epochs_multiplier)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
-    builder = _Builder(image_decode=image_decode, decode=decode, joiners=joiners)
-    builder.trust = trust_dataset_code  # its datasets' sample_loader.py may run
-    context = _Context(split, {}, multiplier, (), split == "train" if training is None else bool(training))
-    dataset = builder.metadataset(as_path(path), context, stack=())
-    return dataset
+    builder = _Builder(
+        image_decode=image_decode,
+        decode=decode,
+        joiners=joiners,
+        trust=trust_dataset_code,  # its datasets' sample_loader.py may run
+        training=split == "train" if training is None else bool(training),  # kept by the metadatasets it includes
+    )
+    top = as_path(path).resolve()
+    dataset = Walk(builder).tree(top, split, Scope(yaml=top, where="", split=split, multiplier=multiplier))
+    return cast("Source | Blend", dataset)  # a strict walk skips nothing
 
 
-class _Builder(MetadatasetFiles):
-    def __init__(self, *, image_decode: str | None, decode: bool | str, joiners: Any = None):
+class _Builder:
+    """The walk's visitor that builds the blend (sources, mixes, concatenations, joins)."""
+
+    def __init__(self, *, image_decode: str | None, decode: bool | str, joiners: Any, trust: bool, training: bool):
         self.image_decode, self.decode, self.joiners = image_decode, decode, joiners
-        self.trust = False
+        self.trust, self.training = trust, training
         self.names: dict[str, int] = {}
-        self.files: dict[Path, Any] = {}  # metadataset path -> its parsed document
 
-    def metadataset(self, path: Path, ctx: _Context, stack: tuple[Path, ...]) -> Source | Blend:
-        path = path.resolve()
-        if path in stack:
-            raise DatasetError(f"{path}: metadatasets include each other in a cycle: {[str(p) for p in stack]}")
-        node = self.split_node(path, ctx.split)
-        if not stack:  # the top file: refuse a tree too large to build before building any of it
-            self.count(path, ctx.split, (), {})
-        return self.node(node, path, ctx, stack + (path,), f"splits.{ctx.split}")
-
-    def node(
-        self,
-        node: Any,
-        yaml_path: Path,
-        ctx: _Context,
-        stack: tuple[Path, ...],
-        where: str,
-        parent: str | None = None,
-    ) -> Source | Blend:
-        """Build one entry at ``where``; ``parent`` is the kind of list holding it (``blend``,
-        ``blend_epochized``) or ``None`` for a split's own node."""
-        if not isinstance(node, dict):
-            raise DatasetError(f"{yaml_path}: {where} must be a mapping, got {node!r:.80}")
-        odd = [key for key in node if not isinstance(key, str)]
-        if odd:
-            raise DatasetError(f"{yaml_path}: {where} has keys that are not strings: {odd[:5]}")
+    def enter(self, node: dict, scope: Scope) -> None:
         if "join" in node:
-            check_weight_keys(node, yaml_path, where, parent)
-            ctx = self.narrow(node, yaml_path, ctx, where)
-            return self.join(node, yaml_path, ctx, where)
-        check_entry_keys(node, yaml_path, where, parent)
-        kinds = [k for k in ("blend", "blend_epochized", "path") if k in node]
-        if len(kinds) != 1:
-            raise DatasetError(
-                f"{yaml_path}: {where} needs exactly one of 'path', 'blend', 'blend_epochized', got {sorted(node)}"
-            )
-        ctx = self.narrow(node, yaml_path, ctx, where)
-        if "path" in node:
-            return self.ref(node, yaml_path, ctx, stack, where)
-        kind = kinds[0]
-        items = node[kind]
-        if not isinstance(items, list) or not items:
-            raise DatasetError(f"{yaml_path}: {where}.{kind} must be a non-empty list")
-        children = [
-            self.node(item, yaml_path, ctx, stack, f"{where}.{kind}[{i}]", kind) for i, item in enumerate(items)
-        ]
+            check_weight_keys(node, scope.yaml, scope.where, scope.parent)
+        else:
+            check_entry_keys(node, scope.yaml, scope.where, scope.parent)
+
+    def blend(self, node: dict, kind: str, children: list[Any], scope: Scope) -> Source | Blend:
         if len(children) == 1 and isinstance(_unviewed(children[0]), JoinedSource):
             return children[0]  # Energon's blend of one is that dataset (for joins; a mix of one keeps its reel)
-        if not ctx.training:
+        if not self.training:
             return concat(children)
+        items, at = node[kind], f"{scope.where}.{kind}"
         if kind == "blend":
-            weights = [entry_number(item, "weight", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+            weights = [entry_number(item, "weight", scope.yaml, f"{at}[{i}]") for i, item in enumerate(items)]
             return mix(list(zip(children, weights)))
-        reps = [entry_number(item, "repetitions", yaml_path, f"{where}.{kind}[{i}]") for i, item in enumerate(items)]
+        reps = [entry_number(item, "repetitions", scope.yaml, f"{at}[{i}]") for i, item in enumerate(items)]
         return mix_epochized(list(zip(children, reps)), rounding="energon")  # Energon rounds r·n down
 
-    def narrow(self, node: dict, yaml_path: Path, ctx: _Context, where: str) -> _Context:
-        """Apply a node's subflavors, shuffle multiplier and (relative) subset to the context."""
-        subflavors = node.get("subflavors") or {}
-        if not isinstance(subflavors, dict):
-            raise DatasetError(f"{yaml_path}: {where}.subflavors must be a mapping")
-        multiplier = ctx.multiplier
-        if "shuffle_over_epochs_multiplier" in node:
-            try:
-                own = check_multiplier(node["shuffle_over_epochs_multiplier"])
-            except ValueError as exc:
-                raise DatasetError(f"{yaml_path}: {where}.{exc}") from None
-            multiplier = combine(multiplier, own)
-        ranges = ctx.ranges
-        if "subset" in node:
-            leaf = "path" in node or "join" in node
-            ranges = (parse_subset(node["subset"], yaml_path, where, leaf=leaf),) + ranges
-        # outer subflavors override inner ones: keep the outer values when merging later
-        return _Context(ctx.split, {**subflavors, **ctx.subflavors}, multiplier, ranges, ctx.training)
+    def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
+        _check_strings(node, scope)
+        entry = f"{scope.place}.path={node['path']!r}"
+        if "aux" in node:
+            raise DatasetError(
+                f"{entry}: aux belongs on a dataset entry, not on a metadataset it includes (as Energon); move it "
+                f"into that metadataset's entries"
+            )
+        try:
+            found = target.is_file()
+        except OSError as exc:
+            raise DatasetError(f"{entry}: cannot open {target}: {exc.strerror or exc}") from None
+        if not found:
+            raise DatasetError(
+                f"{entry}: metadataset {target} does not exist{close_names(target)} (paths are relative to the "
+                f"directory of {scope.yaml.name}); fix the path"
+            )
 
-    def ref(self, node: dict, yaml_path: Path, ctx: _Context, stack: tuple[Path, ...], where: str) -> Source | Blend:
-        for key in ("path", "split_part", "split_config", "dataset_config"):
-            value = node.get(key, "-")
-            if not isinstance(value, str) or not value:
-                raise DatasetError(f"{yaml_path}: {where}.{key}={value!r} must be a non-empty string")
-        target = beside(yaml_path, node["path"])
-        split = node.get("split_part", ctx.split)
-        entry = f"{yaml_path}: {where}.path={node['path']!r}"
+    def dataset(self, node: dict, target: Any, scope: Scope) -> Source:
+        _check_strings(node, scope)
+        split = scope.part(node)
+        entry = f"{scope.place}.path={node['path']!r}"
         kind = format_of(target)  # the first of datareel.formats.FORMATS that detects it
-        if kind is METADATASET:
-            if "aux" in node:
-                raise DatasetError(
-                    f"{entry}: aux belongs on a dataset entry, not on a metadataset it includes (as Energon); move it "
-                    f"into that metadataset's entries"
-                )
-            try:
-                found = target.is_file()
-            except OSError as exc:
-                raise DatasetError(f"{entry}: cannot open {target}: {exc.strerror or exc}") from None
-            if not found:
-                raise DatasetError(
-                    f"{entry}: metadataset {target} does not exist{close_names(target)} (paths are relative to the "
-                    f"directory of {yaml_path.name}); fix the path"
-                )
-            inner = _Context(split, ctx.subflavors, ctx.multiplier, ctx.ranges, ctx.training)
-            return self.metadataset(target, inner, stack)
         try:
             source = kind.open(
                 target,
@@ -204,7 +136,7 @@ class _Builder(MetadatasetFiles):
                 image_decode=self.image_decode,
                 decode=self.decode,
                 trust_dataset_code=self.trust,
-                subflavors=dict(ctx.subflavors),
+                subflavors=dict(scope.subflavors),
                 name=None,
                 split_config=node.get("split_config", "split.yaml"),
                 dataset_config=node.get("dataset_config", "dataset.yaml"),
@@ -214,25 +146,26 @@ class _Builder(MetadatasetFiles):
         if not isinstance(source, Source):
             raise DatasetError(f"{entry}: {target} opens as a blend ({kind.name}), not as one dataset")
         name = self.unique(f"{node['path']}/{split}" if kind.splits else str(node["path"]))
-        source = self.view(source, ctx, yaml_path, where, name)
+        source = self.view(source, scope, name)
         try:
-            return attach_aux(source, node.get("aux"), yaml_path.parent)  # the leaf itself without aux
+            return attach_aux(source, node.get("aux"), scope.yaml.parent)  # the leaf itself without aux
         except DatareelError as exc:
             raise _in_entry(exc, entry) from exc
 
-    def view(self, source: Source, ctx: _Context, yaml_path: Path, where: str, name: str) -> Source:
-        """``source`` narrowed by the context's subsets and shuffle multiplier, named ``name``."""
+    def view(self, source: Source, scope: Scope, name: str) -> Source:
+        """``source`` narrowed by the scope's subsets and shuffle multiplier, named ``name``."""
         start, stop = 0, len(source)
-        for rng in ctx.ranges:  # innermost (the dataset's own) first
-            start, stop = apply_range(rng, start, stop, yaml_path, where)
-        if not ((start, stop) == (0, len(source)) and ctx.multiplier == 1 and name == source.name):
-            shuffle, epochs = (False, 1) if ctx.multiplier is None else (None, ctx.multiplier)
+        for written in scope.subsets:  # innermost (the dataset's own) first
+            rng = parse_subset(written.spec, written.yaml, written.where, leaf=written.leaf)
+            start, stop = apply_range(rng, start, stop, scope.yaml, scope.where)
+        if not ((start, stop) == (0, len(source)) and scope.multiplier == 1 and name == source.name):
+            shuffle, epochs = (False, 1) if scope.multiplier is None else (None, scope.multiplier)
             source = SourceView(source, start=start, stop=stop, shuffle=shuffle, name=name, over_epochs=epochs)
         return source
 
-    def join(self, node: dict, yaml_path: Path, ctx: _Context, where: str) -> Source:
+    def join(self, node: dict, scope: Scope) -> Source:
         """A ``join`` entry: its datasets joined by key (:func:`.join.open_join`), narrowed like a dataset."""
-        from ..formats import WEBDATASET
+        yaml_path, where = scope.yaml, scope.where
 
         def open_item(item: dict, split: str, subflavors: dict) -> Any:
             target = beside(yaml_path, item["path"])
@@ -251,13 +184,21 @@ class _Builder(MetadatasetFiles):
             except DatasetError as exc:
                 raise _in_entry(exc, f"{yaml_path}: {where}.join path={item['path']!r}") from exc
 
-        source = open_join(node, yaml_path, ctx, where, open_item, self.joiners)
-        return self.view(source, ctx, yaml_path, where, self.unique(source.name))
+        source = open_join(node, yaml_path, scope, where, open_item, self.joiners)
+        return self.view(source, scope, self.unique(source.name))
 
     def unique(self, name: str) -> str:
         count = self.names.get(name, 0) + 1
         self.names[name] = count
         return name if count == 1 else f"{name}#{count}"
+
+
+def _check_strings(node: dict, scope: Scope) -> None:
+    for key in ("split_config", "dataset_config"):
+        value = node.get(key, "-")
+        if not isinstance(value, str) or not value:
+            raise DatasetError(f"{scope.place}.{key}={value!r} must be a non-empty string")
+    scope.part(node)
 
 
 def _unviewed(source: Any) -> Any:

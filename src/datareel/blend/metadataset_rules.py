@@ -1,6 +1,6 @@
 """What a metadataset's mappings may hold: the keys of each kind of entry (unknown ones refused with the
 closest, Energon's that datareel cannot honour refused by name), weights and repetitions, ``subset``
-ranges (parsed, then applied innermost first), and where an entry's path lies (:func:`beside`)."""
+ranges (parsed, then applied innermost first), the walk (:mod:`datareel.formats.metadataset.walk`) reads the rest."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ from typing import Any
 
 from ..errors import DatasetError
 from ..sources.keys import check_keys
-from ..storage import join
-from ..storage.path import as_path
 
-ROOT_KEYS = ("__module__", "__class__", "splits")
-"""Keys of the top level of a metadataset."""
 _COMMON = ("subflavors", "shuffle_over_epochs_multiplier", "subset")
 DATASET_KEYS = ("path", "split_part", "dataset_config", "split_config", "aux", *_COMMON)
 """Keys of a dataset entry (one with ``path``), besides its ``weight`` / ``repetitions`` in a blend."""
@@ -132,9 +128,3 @@ def apply_range(rng: tuple[Any, Any], start: int, stop: int, yaml_path: Path, wh
     if not start <= a < b <= stop:
         raise DatasetError(f"{yaml_path}: {where}.subset selects [{a}, {b}) outside [{start}, {stop}) or nothing")
     return a, b
-
-
-def beside(yaml_path: Any, path: str) -> Any:
-    """``path`` from a metadataset at ``yaml_path``: relative to its directory (local or a URL); a URL or
-    an absolute local path as it is, so local and remote datasets mix in one file."""
-    return as_path(join(str(yaml_path.parent), path))

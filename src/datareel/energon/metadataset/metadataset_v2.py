@@ -24,11 +24,13 @@ and an assignment is refused, naming the YAML key to edit.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 from ...blend.join import prepare_joins
-from ...blend.metadataset_files import legacy_entry
 from ...errors import DatasetError
+from ...formats.metadataset.document import checked, legacy_split
+from ...formats.metadataset.walk import file_key
 from ...formats.metafiles import load_file
 from ...storage.epath import EPath
 from ...storage.path import as_path
@@ -73,6 +75,10 @@ __all__ = [
 ]
 
 
+_RESOLVING: ContextVar[tuple[str, ...]] = ContextVar("resolving", default=())
+"""The files whose ``post_initialize`` is running (each loads the metadatasets it includes)."""
+
+
 class MetadatasetV2(DatasetLoaderInterface):
     """A metadataset (``__class__: MetadatasetV2``) at ``path`` with its parsed ``splits``."""
 
@@ -83,10 +89,7 @@ class MetadatasetV2(DatasetLoaderInterface):
         self.splits = self._views(resolve=False)  # as written until post_initialize
 
     def _views(self, *, resolve: bool) -> dict[str, Any]:
-        return {
-            name: view_node(self, node, f"{self.path}: splits.{name}", resolve=resolve)
-            for name, node in self._config.items()
-        }
+        return {name: view_node(self, node, name, resolve=resolve) for name, node in self._config.items()}
 
     def nested(self, path: Any) -> MetadatasetV2:
         """The metadataset at ``path`` that an entry of this one names (either kind, unchecked), as
@@ -102,7 +105,15 @@ class MetadatasetV2(DatasetLoaderInterface):
     def post_initialize(self, mds_path: Any = None) -> None:
         """Check that every split's datasets exist (Energon checks when loading the file) and resolve the
         views in ``splits`` (paths beside the file, aux references, nested metadatasets loaded)."""
-        self.splits = self._views(resolve=True)
+        key = file_key(as_path(str(self.path)))
+        resolving = _RESOLVING.get()
+        if key in resolving:  # loading what it includes loads it again
+            raise DatasetError(f"{self.path}: metadatasets include each other in a cycle: {list(resolving)}")
+        token = _RESOLVING.set(resolving + (key,))
+        try:
+            self.splits = self._views(resolve=True)
+        finally:
+            _RESOLVING.reset(token)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(path={self.path!r}, splits={self.splits!r})"
@@ -110,7 +121,8 @@ class MetadatasetV2(DatasetLoaderInterface):
     def traverse(
         self, mds_path: Any = None, *, split_part: str, _subflavors: dict[str, Any] | None = None
     ) -> list[TraversedDatasetReference]:
-        return traverse_node(self, self.split(split_part), split_part, dict(_subflavors or {}), f"splits.{split_part}")
+        where = f"splits.{split_part}"
+        return traverse_node(self, self.split(split_part), where, split_part, dict(_subflavors or {}))
 
     def get_datasets(
         self,
@@ -125,8 +137,8 @@ class MetadatasetV2(DatasetLoaderInterface):
     ) -> LoadedDatasetList:
         multiplier = energon_multiplier(shuffle_over_epochs_multiplier, f"{self.path}: get_datasets: ")
         request = Request(training, worker_config, kwargs)
-        where = f"{self.path}: splits.{split_part}"
-        return node_datasets(self, self.split(split_part), request, split_part, subflavors, multiplier, subset, where)
+        where = f"splits.{split_part}"
+        return node_datasets(self, self.split(split_part), where, request, split_part, subflavors, multiplier, subset)
 
     def prepare(self, split_part: str | None = None) -> tuple[Any, ...]:
         """Write the join index of each join of the split(s) not prepared yet (and of the metadatasets they
@@ -136,7 +148,7 @@ class MetadatasetV2(DatasetLoaderInterface):
         included: list[Any] = []
         for name, node in self._config.items():
             if split_part is None or name == split_part:
-                join_nodes(self, node, name, f"{self.path}: splits.{name}", found, included)
+                join_nodes(self, node, name, found, included)
         for target in dict.fromkeys(str(t) for t in included):
             load_metadataset_file(target).prepare()
         prepare_joins(as_path(str(self.path)), found)
@@ -149,35 +161,13 @@ class Metadataset(MetadatasetV2):
     version = 1
 
     def __init__(self, path: Any, splits: dict[str, Any]):
-        converted = {}
-        for name, node in splits.items():
-            if not isinstance(node, dict) or not isinstance(node.get("datasets"), list) or set(node) != {"datasets"}:
-                raise DatasetError(
-                    f"{path}: legacy (Metadataset) split {name!r} must be {{datasets: [...]}}, got {node!r:.80}; a "
-                    f"file without __class__ is a legacy Metadataset (write __class__: MetadatasetV2 for blend, "
-                    f"blend_epochized and join)"
-                )
-            converted[name] = {"blend": [legacy_entry(item) for item in node["datasets"]]}
-        super().__init__(path, converted)
+        super().__init__(path, {name: legacy_split(node, path, name, implicit=True) for name, node in splits.items()})
 
 
 def metadataset_of(config: Any, path: Any) -> MetadatasetV2:
     """A metadataset's parsed document ``config`` (read from ``path``) as the class it names, checked."""
-    if not isinstance(config, dict) or not isinstance(config.get("splits"), dict):
-        raise DatasetError(f"{path}: a metadataset is a mapping with 'splits' (and __class__), got {config!r:.80}")
-    module = config.get("__module__", "megatron.energon")
-    if not (isinstance(module, str) and (module == "megatron.energon" or module.startswith("megatron.energon."))):
-        raise DatasetError(
-            f"{path}: __module__={module!r:.80} is not megatron.energon; write __module__: megatron.energon"
-        )
-    name = config.get("__class__", "Metadataset")  # Energon's default type
-    unknown = sorted(set(config) - {"__module__", "__class__", "splits"})
-    if name not in _CLASSES or unknown:
-        raise DatasetError(
-            f"{path}: expected __class__ MetadatasetV2 or Metadataset with only 'splits', got __class__={name!r:.80}"
-            + (f" and keys {unknown}" if unknown else "")
-        )
-    return _CLASSES[name](path, config["splits"])
+    config = checked(config, path)
+    return _CLASSES[config.get("__class__", "Metadataset")](path, config["splits"])  # Energon's default type
 
 
 def load_metadataset_file(path: Any) -> MetadatasetV2:

@@ -5,14 +5,15 @@ through the walk (:mod:`.walk`) over the mapping they show."""
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass
+from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any
 
 from ...errors import DatasetError, OptionError
+from ...formats.metadataset.walk import Scope, Walk, beside
 from ..multiplier import energon_multiplier
 from .loader_interface import DatasetLoaderInterface, LoadedDatasetList, TraversedDatasetReference
 from .values import DatasetSubset, merge_subset, parse_subset
-from .walk import JOIN_REFUSED, Request, joiner_of, kind_of, node_datasets, resolved_entry, traverse_node
+from .walk import JOIN_REFUSED, Request, joiner_of, node_datasets, resolved_entry, scope_of, traverse_node
 
 __all__ = [
     "BlendDatasetReference",
@@ -86,8 +87,8 @@ class _Walked(_View, DatasetLoaderInterface):
     def traverse(
         self, mds_path: Any = None, *, split_part: str, _subflavors: dict[str, Any] | None = None
     ) -> list[TraversedDatasetReference]:
-        mds, node, where = self._bound("traverse")
-        return traverse_node(mds, node, split_part, dict(_subflavors or {}), where)
+        mds, node, _ = self._bound("traverse")
+        return traverse_node(mds, node, self.__dict__["_at"], split_part, dict(_subflavors or {}))
 
     def get_datasets(
         self,
@@ -103,7 +104,7 @@ class _Walked(_View, DatasetLoaderInterface):
         mds, node, where = self._bound("get_datasets")
         multiplier = energon_multiplier(shuffle_over_epochs_multiplier, f"{where}: get_datasets: ")
         request = Request(training, worker_config, kwargs)
-        return node_datasets(mds, node, request, split_part, subflavors, multiplier, subset, where)
+        return node_datasets(mds, node, self.__dict__["_at"], request, split_part, subflavors, multiplier, subset)
 
     def prepare(self, split_part: str | None = None) -> tuple[Any, ...]:
         _, _, where = self._bound("prepare")
@@ -207,56 +208,79 @@ class MetadatasetBlendEpochized(_Walked):
     blend_epochized: list[Any]
 
 
-def view_node(mds: Any, node: Any, where: str, *, resolve: bool, parent: str | None = None) -> Any:
-    """Energon's object of ``node`` (:class:`~.metadataset_v2.MetadatasetBlend`, ``DatasetReference``, ...:
-    the view ``MetadatasetV2.splits`` holds); ``parent`` is the kind of list holding it (``blend``,
-    ``blend_epochized``, ``join``), ``None`` for a split's own node.  With ``resolve`` (``post_initialize``)
-    each path is resolved beside the file and must exist, ``aux`` entries become references and a nested
-    metadataset is loaded and checked (Energon checks when loading the file); without, values are as written."""
-    kind = kind_of(node, where)
-    subset = None
-    if "subset" in node:
-        parse_subset(node["subset"], where)  # refused here, by name, when malformed
-        subset = bind(Subset(range=node["subset"]["range"]), mds, node["subset"], f"{where}.subset")
-    extra: dict[str, Any] = {}
-    if parent == "blend":
-        extra["weight"] = node.get("weight", 1.0)
-    elif parent == "blend_epochized":
-        extra["repetitions"] = node.get("repetitions", 1)
-    if kind in ("blend", "blend_epochized"):
-        items = node[kind]
-        if not isinstance(items, list):
-            raise DatasetError(f"{where}.{kind} must be a non-empty list, got {items!r:.80}")
-        inner = [
-            view_node(mds, item, f"{where}.{kind}[{i}]", resolve=resolve, parent=kind) for i, item in enumerate(items)
-        ]
+def view_node(mds: Any, node: Any, split: str, *, resolve: bool) -> Any:
+    """Energon's object of the node ``node`` of split ``split`` of ``mds``
+    (:class:`~.metadataset_v2.MetadatasetBlend`, ``DatasetReference``, ...: the view ``MetadatasetV2.splits``
+    holds), made by the walk (not into nested files).  With ``resolve`` (``post_initialize``) each path is
+    resolved beside the file and must exist, ``aux`` entries become references and a nested metadataset is
+    loaded and checked (Energon checks when loading the file); without, values are as written."""
+    return Walk(_Views(mds, resolve), follow=False).node(node, scope_of(mds, f"splits.{split}", split))
+
+
+class _Views:
+    """The walk's visitor that makes Energon's object of each node."""
+
+    def __init__(self, mds: Any, resolve: bool):
+        self.mds, self.resolve = mds, resolve
+
+    def enter(self, node: dict, scope: Scope) -> None:
+        pass
+
+    def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
+        pass
+
+    def blend(self, node: dict, kind: str, children: list[Any], scope: Scope) -> Any:
         # an inline blend inside a blend (datareel's extension) shows no weight: Energon's classes have none
         cls = MetadatasetBlend if kind == "blend" else MetadatasetBlendEpochized
-        return bind(cls(subset=subset, **{kind: inner}), mds, node, where)
-    common = {key: node.get(key, 1 if key == "shuffle_over_epochs_multiplier" else None) for key in _COMMON}
-    if kind == "join":
+        return self.bound(cls(subset=self.subset(node, scope), **{kind: children}), node, scope)
+
+    def join(self, node: dict, scope: Scope) -> Any:
         items = node["join"]
         if isinstance(items, dict):
-            joined: Any = {
-                key: view_node(mds, item, f"{where}.join[{key}]", resolve=resolve, parent="join")
-                for key, item in items.items()
-            }
+            joined: Any = {key: self.joined(item, scope, f"[{key}]") for key, item in items.items()}
         elif isinstance(items, list):
-            joined = [
-                view_node(mds, item, f"{where}.join[{i}]", resolve=resolve, parent="join")
-                for i, item in enumerate(items)
-            ]
+            joined = [self.joined(item, scope, f"[{i}]") for i, item in enumerate(items)]
         else:
-            raise DatasetError(f"{where}.join must be a list or a mapping of datasets, got {items!r:.80}")
-        cls = _JOINS[parent]
-        joiner = joiner_of(node.get("joiner"), where)
-        return bind(cls(subset=subset, join=joined, joiner=joiner, **common, **extra), mds, node, where)
-    if parent == "join":
-        extra["nonmatch"] = node.get("nonmatch", "error")
-    fields = {"path": node["path"], "aux": node.get("aux"), **common}
-    if resolve:
-        fields.update(resolved_entry(mds, node, where, joined=parent == "join"))
-    return bind(_REFERENCES[parent](subset=subset, **fields, **extra), mds, node, where)
+            raise DatasetError(f"{scope.place}.join must be a list or a mapping of datasets, got {items!r:.80}")
+        cls = _JOINS[scope.parent]
+        joiner = joiner_of(node.get("joiner"), scope.place)
+        fields = self.fields(node, scope)
+        return self.bound(cls(subset=self.subset(node, scope), join=joined, joiner=joiner, **fields), node, scope)
+
+    def joined(self, item: Any, scope: Scope, at: str) -> Any:
+        """A dataset of a join (not a node of the walk: the join reads them)."""
+        inner = replace(scope, where=f"{scope.where}.join{at}", parent="join")
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not item["path"]:
+            raise DatasetError(f"{inner.place} must be a mapping with a non-empty 'path', got {item!r:.80}")
+        return self.dataset(item, beside(scope.yaml, item["path"]), inner)
+
+    def dataset(self, node: dict, target: Any, scope: Scope) -> Any:
+        fields = {"path": node["path"], "aux": node.get("aux"), **self.fields(node, scope)}
+        if scope.parent == "join":
+            fields["nonmatch"] = node.get("nonmatch", "error")
+        if self.resolve:
+            fields.update(resolved_entry(self.mds, node, target, scope, joined=scope.parent == "join"))
+        return self.bound(_REFERENCES[scope.parent](subset=self.subset(node, scope), **fields), node, scope)
+
+    def fields(self, node: dict, scope: Scope) -> dict[str, Any]:
+        """The fields every reference and join shows, as written, and its weight or repetitions."""
+        fields = {key: node.get(key, 1 if key == "shuffle_over_epochs_multiplier" else None) for key in _COMMON}
+        if scope.parent == "blend":
+            fields["weight"] = node.get("weight", 1.0)
+        elif scope.parent == "blend_epochized":
+            fields["repetitions"] = node.get("repetitions", 1)
+        return fields
+
+    def subset(self, node: dict, scope: Scope) -> Subset | None:
+        if "subset" not in node:
+            return None
+        parse_subset(node["subset"], scope.place)  # refused here, by name, when malformed
+        return bind(Subset(range=node["subset"]["range"]), self.mds, node["subset"], f"{scope.place}.subset")
+
+    def bound(self, view: Any, node: dict, scope: Scope) -> Any:
+        view = bind(view, self.mds, node, scope.place)
+        object.__setattr__(view, "_at", scope.where)
+        return view
 
 
 _COMMON = ("split_part", "subflavors", "shuffle_over_epochs_multiplier", "dataset_config", "split_config")

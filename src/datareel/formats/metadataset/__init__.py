@@ -10,13 +10,8 @@ from typing import Any
 
 from ...storage.path import as_path
 from ..base import Format
-
-SUFFIXES = (".yaml", ".yml")
-
-
-def detect(path: Any) -> bool:
-    """A ``.yaml`` / ``.yml`` file (by its name)."""
-    return as_path(path).suffix in SUFFIXES
+from .walk import SUFFIXES as SUFFIXES
+from .walk import detect
 
 
 def _info(path: Any) -> dict[str, Any]:

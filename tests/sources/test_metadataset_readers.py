@@ -1,0 +1,122 @@
+"""Every reader of a metadataset rides one walk (``datareel.formats.metadataset.walk``), so they read one tree:
+the blend datareel builds (``open_dataset``), ``datareel info``, and the Energon facade's ``traverse`` and
+``get_datasets`` name the same leaves, in the same order, with the same split parts and subflavors, and the
+facade's absolute weights and repetitions are the products of the builder's.  Random trees: blends or
+``blend_epochized`` nested in each other, subflavors on any entry (outer over inner), ``split_part`` given,
+``null`` or left out, and a nested metadataset in another directory read through its own split part."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import datareel
+from datareel.blend.tree import Blend, EpochizedMix, Mix
+from datareel.energon.metadataset import load_dataset
+from datareel.energon.metadataset.loader import traverse_metadataset
+from datareel.errors import DatasetError
+from datareel.formats.metadataset.info import metadataset_info
+from datareel.sources.view import SourceView
+from profiles import examples
+from wds_helpers import write_shard
+
+HEADER = {"__module__": "megatron.energon", "__class__": "MetadatasetV2"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from datareel.cli.prepare import prepare_webdataset
+
+    root = tmp_path_factory.mktemp("readers")
+    for name in ("a", "b"):
+        for s in range(2):
+            write_shard(root / name / f"part-{s}.tar", [(f"{name}{s}-{i}", {"txt": b"x"}) for i in range(6)])
+        prepare_webdataset(root / name, split_ratio="1,1,0", progress=False)
+    (root / "sub").mkdir()
+    return root
+
+
+def leaf(prefix: str):
+    return st.builds(
+        lambda name, flavors, part: {"path": f"{prefix}{name}", **flavors, **part},
+        st.sampled_from(["a", "b"]),
+        st.sampled_from([{}, {"subflavors": {"k": 1}}, {"subflavors": {"k": 2, "j": 0}}]),
+        st.sampled_from([{}, {"split_part": "val"}, {"split_part": None}, {"split_part": "train"}]),
+    )
+
+
+def tree(prefix: str, kind: str, extra=None):
+    key = "weight" if kind == "blend" else "repetitions"
+    item = st.fixed_dictionaries({key: st.integers(1, 4)})
+
+    def blend(children):
+        return st.builds(
+            lambda items, flavors: {kind: items, **flavors},
+            st.lists(st.tuples(children, item).map(lambda p: {**p[0], **p[1]}), min_size=1, max_size=3),
+            st.sampled_from([{}, {"subflavors": {"k": 3}}]),
+        )
+
+    return st.recursive(leaf(prefix) if extra is None else leaf(prefix) | extra, blend, max_leaves=5)
+
+
+def write(path: Path, node) -> None:
+    path.write_text(yaml.safe_dump({**HEADER, "splits": {"train": node, "val": node}}, sort_keys=False))
+
+
+def builder_leaves(dataset, share=1.0):
+    """(root, split, subflavors, share) of each leaf of datareel's blend, shares multiplied down."""
+    if not isinstance(dataset, Blend):
+        while isinstance(dataset, SourceView):
+            dataset = dataset.base
+        return [(Path(str(dataset.root)).resolve(), dataset.split.name, dataset.subflavors, share)]
+    params = list(dataset.params())
+    if isinstance(dataset, Mix):
+        params = [p / sum(params) for p in params]
+    assert isinstance(dataset, (Mix, EpochizedMix)), dataset
+    return [leaf for child, p in zip(dataset.children, params) for leaf in builder_leaves(child, share * p)]
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(data=st.data(), kind=st.sampled_from(["blend", "blend_epochized"]))
+def test_every_reader_reads_the_same_tree(world, data, kind):
+    nested = {"path": "sub/inner.yaml"}
+    outer = data.draw(tree("", kind, st.sampled_from([nested, {**nested, "split_part": "val"}])), label="top")
+    inner = data.draw(tree("../", kind), label="inner")
+    write(world / "sub" / "inner.yaml", inner)
+    write(world / "top.yaml", outer)
+    top = world / "top.yaml"
+
+    built = builder_leaves(datareel.open_dataset(top, split="train"))
+    listed = [(Path(d["path"]).resolve(), d["split_part"]) for d in metadataset_info(top)["datasets"]]
+    references = traverse_metadataset(top, split_part="train")
+    traversed = [(Path(str(r.path)).resolve(), r.split_part, r.subflavors) for r in references]
+    loaded = load_dataset(top).get_datasets(training=True, split_part="train", worker_config=None)
+
+    assert [(root, split, flavors) for root, split, flavors, _ in built] == traversed
+    assert [(root, split) for root, split, _, _ in built] == listed[: len(built)]  # info lists train, then val
+    assert len(loaded.datasets) == len(built)
+    if isinstance(datareel.open_dataset(top, split="train"), Blend):
+        field = "weight" if kind == "blend" else "repetitions"
+        for ours, (_, _, _, share) in zip(loaded.datasets, built):
+            assert math.isclose(getattr(ours, field), share, rel_tol=1e-12), (ours, share)
+
+
+@pytest.mark.parametrize("reader", ["open_dataset", "info", "traverse", "get_datasets", "views"])
+def test_every_reader_names_a_cycle_of_files(tmp_path, reader):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "a.yaml", {"blend": [{"path": "sub/b.yaml", "weight": 1}]})
+    write(tmp_path / "sub" / "b.yaml", {"path": "../a.yaml"})
+    read = {
+        "open_dataset": lambda p: datareel.open_dataset(p),
+        "info": metadataset_info,
+        "traverse": lambda p: traverse_metadataset(p, split_part="train"),
+        "get_datasets": lambda p: load_dataset(p).get_datasets(training=True, split_part="train", worker_config=None),
+        "views": lambda p: load_dataset(p).splits["train"].blend[0]._dataset.splits["train"]._dataset,
+    }[reader]
+    with pytest.raises(DatasetError, match=r"include each other in a cycle"):
+        read(tmp_path / "a.yaml")
