@@ -248,3 +248,35 @@ def test_a_missing_dataset_is_named_at_load(world: Path, tmp_path: Path) -> None
     )
     with pytest.raises(DatareelError, match=r"splits\.train\.blend\[1\]\.path='nope': .* does not exist"):
         load_dataset(path)
+
+
+def test_a_metadataset_at_a_dss_url_names_its_datasets_by_url_as_energon(
+    world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file itself at ``dss://``: its entries, and those of the metadataset it includes, keep their URLs in
+    ``traverse``, ``get_datasets`` and the views, beside megatron.energon's own ``traverse``."""
+    import megatron.energon.epathlib.epath as energon_epath
+    from megatron.energon.metadataset.loader import load_dataset as energon_load_dataset
+
+    import datareel.energon.epathlib.epath as our_epath
+
+    cache = tmp_path / "nvds_cache"
+    home = cache / "mds" / "v0"
+    (home / "sub").mkdir(parents=True)
+    (home / "a").symlink_to(world / "ds1")
+    (home / "b").symlink_to(world / "ds1")
+    blend = [{"path": "a", "weight": 1}, {"path": "sub/n.yaml", "weight": 3}]
+    (home / "top.yaml").write_text(yaml.safe_dump({**V2, "splits": {"train": {"blend": blend}}}))
+    (home / "sub" / "n.yaml").write_text(yaml.safe_dump({**V2, "splits": {"train": {"path": "../b"}}}))
+    monkeypatch.setenv("NVDATASET_CACHE_DIR", str(cache))
+    monkeypatch.setattr(energon_epath, "NVDATASET_CACHE_DIR", energon_epath.EPath(cache))
+    monkeypatch.setattr(our_epath, "NVDATASET_CACHE_DIR", EPath(cache))
+
+    theirs = energon_load_dataset(energon_epath.EPath("dss://mds@v0/top.yaml"))
+    ours = load_dataset(EPath("dss://mds@v0/top.yaml"))
+    urls = [r.path.url for r in ours.traverse(split_part="train")]
+    assert urls == [r.path.url for r in theirs.traverse(split_part="train")]
+    assert urls == ["dss://mds@v0/a", "dss://mds@v0/b"]
+    loaded = ours.get_datasets(training=True, split_part="train", worker_config=None)
+    assert [str(d.dataset.path) for d in loaded.datasets] == urls
+    assert [b.path.url for b in ours.splits["train"].blend] == ["dss://mds@v0/a", "dss://mds@v0/sub/n.yaml"]

@@ -81,6 +81,24 @@ def builder_leaves(dataset, share=1.0):
     return [leaf for child, p in zip(dataset.children, params) for leaf in builder_leaves(child, share * p)]
 
 
+def expected(node, split, flavors, share, inner):
+    """(dataset name, split, subflavors, share) of each leaf, read from the drawn trees by the rules of the module
+    doc (``inner``: the nested file's tree, the same in each of its splits)."""
+    flavors = {**(node.get("subflavors") or {}), **flavors}  # the outer values win
+    if "path" in node:
+        part = node.get("split_part") or split
+        if node["path"].endswith(".yaml"):
+            return expected(inner, part, flavors, share, inner)
+        return [(node["path"].rpartition("/")[2], part, flavors, share)]
+    kind = "blend" if "blend" in node else "blend_epochized"
+    items = node[kind]
+    numbers = [item["weight"] if kind == "blend" else item["repetitions"] for item in items]
+    total = sum(numbers) if kind == "blend" else 1
+    return [
+        leaf for item, n in zip(items, numbers) for leaf in expected(item, split, flavors, share * n / total, inner)
+    ]
+
+
 @settings(max_examples=examples(0.5), deadline=None)
 @given(data=st.data(), kind=st.sampled_from(["blend", "blend_epochized"]))
 def test_every_reader_reads_the_same_tree(world, data, kind):
@@ -97,6 +115,9 @@ def test_every_reader_reads_the_same_tree(world, data, kind):
     traversed = [(Path(str(r.path)).resolve(), r.split_part, r.subflavors) for r in references]
     loaded = load_dataset(top).get_datasets(training=True, split_part="train", worker_config=None)
 
+    want = expected(outer, "train", {}, 1.0, inner)
+    assert [(root.name, split, flavors) for root, split, flavors, _ in built] == [w[:3] for w in want]
+    assert all(math.isclose(b[3], w[3], rel_tol=1e-12) for b, w in zip(built, want)), (built, want)
     assert [(root, split, flavors) for root, split, flavors, _ in built] == traversed
     assert [(root, split) for root, split, _, _ in built] == listed[: len(built)]  # info lists train, then val
     assert len(loaded.datasets) == len(built)
@@ -120,3 +141,23 @@ def test_every_reader_names_a_cycle_of_files(tmp_path, reader):
     }[reader]
     with pytest.raises(DatasetError, match=r"include each other in a cycle"):
         read(tmp_path / "a.yaml")
+
+
+def test_prepare_names_a_cycle_of_files(tmp_path):
+    from datareel.energon.metadataset.loader import load_metadataset_file
+
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "a.yaml", {"blend": [{"path": "sub/b.yaml", "weight": 1}]})
+    write(tmp_path / "sub" / "b.yaml", {"path": "../a.yaml"})
+    with pytest.raises(DatasetError, match=r"include each other in a cycle"):
+        load_metadataset_file(tmp_path / "a.yaml").prepare()
+
+
+def test_info_lists_past_what_it_cannot_read_and_names_a_file_that_is_missing(world):
+    """``datareel info`` is lenient about entries (opening the metadataset names them) but not about files."""
+    write(world / "odd.yaml", {"blend": [{"path": "a", "weight": 1, "subflavors": [1]}, 7, {"path": "b"}]})
+    listed = metadataset_info(world / "odd.yaml")["datasets"]
+    assert [Path(d["path"]).name for d in listed] == ["a", "b", "a", "b"]  # train, then val
+    write(world / "gone.yaml", {"blend": [{"path": "a", "weight": 1}, {"path": "sub/nope.yaml", "weight": 1}]})
+    with pytest.raises(DatasetError, match=r"nope\.yaml"):
+        metadataset_info(world / "gone.yaml")

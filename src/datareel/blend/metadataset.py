@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from ..errors import DatareelError, DatasetError, OptionError
 from ..formats import WEBDATASET, format_of
-from ..formats.metadataset.walk import Scope, Walk, beside
+from ..formats.metadataset.walk import Scope, Walk, beside, yaml_multiplier
 from ..formats.metafiles import close_names
 from ..plan.over_epochs import check_multiplier
 from ..sources.base import Source
@@ -93,8 +93,14 @@ class _Builder:
             check_weight_keys(node, scope.yaml, scope.where, scope.parent)
         else:
             check_entry_keys(node, scope.yaml, scope.where, scope.parent)
+        if "subset" in node:  # refused at the entry that wrote it
+            parse_subset(node["subset"], scope.yaml, scope.where, leaf="path" in node or "join" in node)
+        if "shuffle_over_epochs_multiplier" in node:
+            yaml_multiplier(node["shuffle_over_epochs_multiplier"], scope.place)
 
     def blend(self, node: dict, kind: str, children: list[Any], scope: Scope) -> Source | Blend:
+        if not children:
+            raise DatasetError(f"{scope.place}.{kind} must be a non-empty list")
         if len(children) == 1 and isinstance(_unviewed(children[0]), JoinedSource):
             return children[0]  # Energon's blend of one is that dataset (for joins; a mix of one keeps its reel)
         if not self.training:
@@ -158,8 +164,9 @@ class _Builder:
         for written in scope.subsets:  # innermost (the dataset's own) first
             rng = parse_subset(written.spec, written.yaml, written.where, leaf=written.leaf)
             start, stop = apply_range(rng, start, stop, scope.yaml, scope.where)
-        if not ((start, stop) == (0, len(source)) and scope.multiplier == 1 and name == source.name):
-            shuffle, epochs = (False, 1) if scope.multiplier is None else (None, scope.multiplier)
+        multiplier = scope.combined()
+        if not ((start, stop) == (0, len(source)) and multiplier == 1 and name == source.name):
+            shuffle, epochs = (False, 1) if multiplier is None else (None, multiplier)
             source = SourceView(source, start=start, stop=stop, shuffle=shuffle, name=name, over_epochs=epochs)
         return source
 

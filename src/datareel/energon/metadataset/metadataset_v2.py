@@ -24,6 +24,8 @@ and an assignment is refused, naming the YAML key to edit.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -75,8 +77,22 @@ __all__ = [
 ]
 
 
-_RESOLVING: ContextVar[tuple[str, ...]] = ContextVar("resolving", default=())
-"""The files whose ``post_initialize`` is running (each loads the metadatasets it includes)."""
+_ENTERED: ContextVar[tuple[str, ...]] = ContextVar("entered", default=())
+"""The files whose ``post_initialize`` or ``prepare`` is running (each goes into the metadatasets it includes)."""
+
+
+@contextmanager
+def _entered(path: Any) -> Iterator[None]:
+    """Within the ``post_initialize`` or ``prepare`` of the file at ``path``: one that is already running is a
+    cycle of files, named (Energon recurses until Python's recursion limit)."""
+    key, running = file_key(path), _ENTERED.get()
+    if key in running:
+        raise DatasetError(f"{path}: metadatasets include each other in a cycle: {list(running)}")
+    token = _ENTERED.set(running + (key,))
+    try:
+        yield
+    finally:
+        _ENTERED.reset(token)
 
 
 class MetadatasetV2(DatasetLoaderInterface):
@@ -105,15 +121,8 @@ class MetadatasetV2(DatasetLoaderInterface):
     def post_initialize(self, mds_path: Any = None) -> None:
         """Check that every split's datasets exist (Energon checks when loading the file) and resolve the
         views in ``splits`` (paths beside the file, aux references, nested metadatasets loaded)."""
-        key = file_key(as_path(str(self.path)))
-        resolving = _RESOLVING.get()
-        if key in resolving:  # loading what it includes loads it again
-            raise DatasetError(f"{self.path}: metadatasets include each other in a cycle: {list(resolving)}")
-        token = _RESOLVING.set(resolving + (key,))
-        try:
+        with _entered(self.path):
             self.splits = self._views(resolve=True)
-        finally:
-            _RESOLVING.reset(token)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(path={self.path!r}, splits={self.splits!r})"
@@ -149,8 +158,9 @@ class MetadatasetV2(DatasetLoaderInterface):
         for name, node in self._config.items():
             if split_part is None or name == split_part:
                 join_nodes(self, node, name, found, included)
-        for target in dict.fromkeys(str(t) for t in included):
-            load_metadataset_file(target).prepare()
+        with _entered(self.path):
+            for target in dict.fromkeys(str(t) for t in included):
+                load_metadataset_file(target).prepare()
         prepare_joins(as_path(str(self.path)), found)
         return ()
 

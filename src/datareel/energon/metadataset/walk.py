@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ...errors import DatasetError
+from ...errors import DatasetError, OptionError
 from ...formats.metadataset.walk import Scope, Walk, detect, file_key
 from ...storage.epath import EPath
-from ...storage.path import as_path
+from ..multiplier import energon_multiplier
 from .dataset_loader import DatasetLoader
 from .loader_interface import DatasetBlendMode, LoadedDatasetList, TraversedDatasetReference
 from .values import aux_reference, merge_subset, parse_subset
@@ -36,8 +36,7 @@ class Request:
 
 def scope_of(mds: Any, where: str, split: str, **values: Any) -> Scope:
     """The walk's scope of the node at ``where`` (in-file, ``splits.NAME...``) of the loaded metadataset ``mds``."""
-    yaml = as_path(str(mds.path))
-    return Scope(yaml=yaml, where=where, split=split, files=(file_key(yaml),), **values)
+    return Scope(yaml=mds.path, where=where, split=split, files=(file_key(mds.path),), **values)
 
 
 class _Reader:
@@ -84,7 +83,7 @@ class _Datasets(_Reader):
             split_part=scope.part(node),
             worker_config=self.request.worker_config,
             subflavors=dict(scope.subflavors) or None,
-            shuffle_over_epochs_multiplier=scope.multiplier,
+            shuffle_over_epochs_multiplier=scope.combined(_energon_reading),
             subset=subset,
             **self.request.kwargs,
         )
@@ -93,7 +92,7 @@ class _Datasets(_Reader):
         )
         result = loader.get_datasets(**args)
         if node.get("aux"):
-            home = EPath(str(scope.yaml)).parent
+            home = home_of(scope)
             stores = {
                 str(k): aux_reference(v, home, scope.place).get_file_store()
                 for k, v in aux_entries(node, scope.place).items()
@@ -103,6 +102,8 @@ class _Datasets(_Reader):
         return result
 
     def blend(self, node: dict, kind: str, children: list[LoadedDatasetList], scope: Scope) -> LoadedDatasetList:
+        if not children:
+            raise DatasetError(f"{scope.place}.{kind} must be a non-empty list")
         key, mode = (
             ("weight", DatasetBlendMode.DATASET_WEIGHT)
             if kind == "blend"
@@ -129,9 +130,22 @@ class _Datasets(_Reader):
         return LoadedDatasetList(blend_mode=mode, datasets=out)
 
 
+def _energon_reading(value: Any, place: str) -> int | None:
+    """An entry's ``shuffle_over_epochs_multiplier`` as megatron.energon reads a YAML's (with its fixes)."""
+    try:
+        return energon_multiplier(value, yaml=True)
+    except OptionError as exc:
+        raise DatasetError(f"{place}.{exc}") from None
+
+
 def path_of(node: dict, scope: Scope) -> EPath:
     """An entry's ``path`` as Energon's ``EPath`` beside the file (``dss://`` names included)."""
-    return EPath(str(scope.yaml)).parent / node["path"]
+    return home_of(scope) / node["path"]
+
+
+def home_of(scope: Scope) -> EPath:
+    """The directory of the file holding the node, as Energon's ``EPath`` (the file's own, kept by the walk)."""
+    return (scope.yaml if isinstance(scope.yaml, EPath) else EPath(str(scope.yaml))).parent
 
 
 def _number(item: Any, key: str, where: str) -> float:
@@ -166,7 +180,7 @@ class _Traversal(_Reader):
 
     def dataset(self, node: dict, target: Any, scope: Scope) -> list[TraversedDatasetReference]:
         aux = {}
-        home = EPath(str(scope.yaml)).parent
+        home = home_of(scope)
         for name, value in aux_entries(node, scope.place).items():
             ref = aux_reference(value, home, scope.place)
             aux[str(name)] = getattr(ref, "path", None) or ref.fs_path
@@ -228,6 +242,6 @@ def resolved_entry(mds: Any, node: dict, target: Any, scope: Scope, *, joined: b
     loader = DatasetLoader(path, split_config=node.get("split_config"), dataset_config=node.get("dataset_config"))
     resolved = {"path": path, "_dataset": loader}
     if node.get("aux") is not None:  # Energon's aux stays None when the entry has none
-        home = EPath(str(scope.yaml)).parent
+        home = home_of(scope)
         resolved["aux"] = {k: aux_reference(v, home, where) for k, v in aux_entries(node, where).items()}
     return resolved

@@ -5,7 +5,7 @@
 a cycle of files that include each other, tells each node's kind (``path``, ``blend``, ``blend_epochized``
 or ``join``), follows an entry naming another metadataset into that file's split (``split_part``), and
 carries down what flows from outer entries to inner ones (:class:`Scope`): subflavors (outer over inner),
-``shuffle_over_epochs_multiplier`` (combined by Energon's rule, :func:`datareel.plan.over_epochs.combine`)
+``shuffle_over_epochs_multiplier`` (as written, read and combined where used: :meth:`Scope.combined`)
 and ``subset`` ranges as written (innermost first; each reader applies them with its own arithmetic).
 
 What each reader makes of the nodes is its :class:`Visitor`:
@@ -20,12 +20,14 @@ What each reader makes of the nodes is its :class:`Visitor`:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from ...errors import DatasetError
 from ...plan.over_epochs import check_multiplier, combine
 from ...storage import join
+from ...storage.epath import EPath
 from ...storage.path import as_path
 from ..metafiles import MAX_NODES, load_file
 from .document import checked, legacy_split
@@ -55,7 +57,8 @@ class Scope:
     where: str  # the node's place in it: ``splits.train.blend[0]``
     split: str  # the split part read (a nested metadataset's entry may name another: ``split_part``)
     subflavors: dict[str, Any] = field(default_factory=dict)  # outer over inner
-    multiplier: int | None = 1  # combined down the tree
+    multiplier: int | None = 1  # the caller's, read
+    multipliers: tuple[tuple[Any, str], ...] = ()  # each entry's as written, with its place: outermost first
     subsets: tuple[Written, ...] = ()  # innermost first
     parent: str | None = None  # the kind of list holding the node (``blend``, ...); None for a split's own
     files: tuple[str, ...] = ()  # the files being walked, outermost first
@@ -65,12 +68,21 @@ class Scope:
         """``FILE: WHERE``, how messages name the node."""
         return f"{self.yaml}: {self.where}"
 
+    def combined(self, read: Callable[[Any, str], int | None] | None = None) -> int | None:
+        """The ``shuffle_over_epochs_multiplier`` of the node: the caller's and every entry's down to it, each
+        read by ``read(value, place)`` (default :func:`yaml_multiplier`), combined by Energon's rule."""
+        out = self.multiplier
+        for value, place in self.multipliers:
+            out = combine(out, (read or yaml_multiplier)(value, place))
+        return out
+
     def part(self, node: dict) -> str:
-        """The split part an entry reads: its ``split_part`` (a non-empty string; ``null`` inherits) or this one."""
+        """The split part an entry reads: its ``split_part`` (a string; ``null`` or empty inherits, as Energon)
+        or this one."""
         value = node.get("split_part")
-        if value is None:
+        if value is None or value == "":
             return self.split
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str):
             raise DatasetError(f"{self.place}.split_part={value!r} must be a non-empty string")
         return value
 
@@ -96,18 +108,20 @@ class Visitor(Protocol[T]):
 
 def detect(path: Any) -> bool:
     """A ``.yaml`` / ``.yml`` file (by its name): a metadataset."""
-    return as_path(path).suffix in SUFFIXES
+    return as_path(str(path)).suffix in SUFFIXES
 
 
 def beside(yaml_path: Any, path: str) -> Any:
     """``path`` from a metadataset at ``yaml_path``: relative to its directory (local or a URL); a URL or
     an absolute local path as it is, so local and remote datasets mix in one file."""
+    if isinstance(yaml_path, EPath):  # Energon's objects keep Energon's paths (dss://, msc://)
+        return yaml_path.parent / path
     return as_path(join(str(yaml_path.parent), path))
 
 
 def file_key(path: Any) -> str:
     """What tells two files apart in a cycle: the resolved path."""
-    return str(path.resolve())
+    return str(as_path(str(path)).resolve())
 
 
 class Walk(Generic[T]):
@@ -122,7 +136,7 @@ class Walk(Generic[T]):
         """The checked top level of the metadataset at ``path``."""
         key = file_key(path)
         if key not in self.documents:
-            self.documents[key] = load_file(path, "metadataset", fix="fix the metadataset YAML")
+            self.documents[key] = load_file(as_path(str(path)), "metadataset", fix="fix the metadataset YAML")
         return checked(self.documents[key], path)
 
     def split_node(self, path: Any, split: str) -> Any:
@@ -174,13 +188,14 @@ class Walk(Generic[T]):
         key = file_key(path)
         if key in scope.files:
             raise DatasetError(f"{path}: metadatasets include each other in a cycle: {list(scope.files)}")
+        self.document(path)  # a file that does not read is named, also by a lenient walk
         try:
             node = self.split_node(path, split)
         except DatasetError:
-            if self.lenient and scope.files:
+            if self.lenient:
                 return None
             raise
-        if not scope.files:  # the top file: refuse a tree too large before reading any of it
+        if self.follow and not scope.files:  # the top file: refuse a tree too large before reading any of it
             self.count(path, split)
         inner = replace(scope, yaml=path, where=f"splits.{split}", split=split, parent=None, files=scope.files + (key,))
         return self.node(node, inner)
@@ -189,11 +204,15 @@ class Walk(Generic[T]):
         """One entry at ``scope`` (see the module doc)."""
         try:
             kind = self._kind(node, scope)
-            scope = self._narrow(node, kind, scope)
         except DatasetError:
             if self.lenient:
                 return None
             raise
+        try:
+            scope = self._narrow(node, kind, scope)
+        except DatasetError:
+            if not self.lenient:
+                raise  # a lenient walk reads on with the outer values
         if kind == "join":
             return self.visitor.join(node, scope)
         if kind == "path":
@@ -207,12 +226,14 @@ class Walk(Generic[T]):
                 return self.visitor.dataset(node, target, scope)
             self.visitor.metadataset(node, target, scope)
             part = scope.split if self.lenient and not isinstance(node.get("split_part"), str) else scope.part(node)
+            if not part:
+                part = scope.split
             return self.tree(target, part, scope)
         items = node[kind]
-        if not isinstance(items, list) or not items:
+        if not isinstance(items, list):  # an empty one is the reader's to refuse (Energon loads it)
             if self.lenient:
                 return None
-            raise DatasetError(f"{scope.place}.{kind} must be a non-empty list, got {items!r:.80}")
+            raise DatasetError(f"{scope.place}.{kind} must be a list, got {items!r:.80}")
         children = [
             self.node(item, replace(scope, where=f"{scope.where}.{kind}[{i}]", parent=kind))
             for i, item in enumerate(items)
@@ -226,6 +247,8 @@ class Walk(Generic[T]):
         if odd:
             raise DatasetError(f"{scope.place} has keys that are not strings: {odd[:5]}")
         self.visitor.enter(node, scope)
+        if "join" in node:
+            return "join"  # its own keys are the join's reader's to check (a 'path' beside it is named there)
         kinds = [k for k in KINDS if k in node]
         if len(kinds) != 1:
             raise DatasetError(
@@ -238,17 +261,17 @@ class Walk(Generic[T]):
         own = node.get("subflavors")
         if own is not None and not isinstance(own, dict):
             raise DatasetError(f"{scope.place}.subflavors={own!r:.80} must be a mapping")
-        multiplier = scope.multiplier
-        if "shuffle_over_epochs_multiplier" in node:
-            multiplier = combine(multiplier, yaml_multiplier(node["shuffle_over_epochs_multiplier"], scope))
+        multipliers = scope.multipliers
+        if "shuffle_over_epochs_multiplier" in node:  # read where it is used (Energon loads any value)
+            multipliers = multipliers + ((node["shuffle_over_epochs_multiplier"], scope.place),)
         subsets = scope.subsets
         if "subset" in node:
             subsets = (Written(node["subset"], scope.yaml, scope.where, kind in ("path", "join")),) + subsets
         subflavors = {**(own or {}), **scope.subflavors}  # the outer values win
-        return replace(scope, subflavors=subflavors, multiplier=multiplier, subsets=subsets)
+        return replace(scope, subflavors=subflavors, multipliers=multipliers, subsets=subsets)
 
 
-def yaml_multiplier(value: Any, scope: Scope) -> int | None:
+def yaml_multiplier(value: Any, place: str) -> int | None:
     """A metadataset's ``shuffle_over_epochs_multiplier``, as Energon reads it (``Optional[int]``: ``true`` is 1,
     every float refused)."""
     if value is True:
@@ -256,4 +279,4 @@ def yaml_multiplier(value: Any, scope: Scope) -> int | None:
     try:
         return check_multiplier(value)
     except ValueError as exc:
-        raise DatasetError(f"{scope.place}.{exc}") from None
+        raise DatasetError(f"{place}.{exc}") from None
