@@ -26,6 +26,7 @@ from .execute.workers import (
     WorkerOptions,
     dead_workers,
     end_with_this_process,
+    lost_work,
     lost_worker,
     start_iterator,
     stop_iterator,
@@ -42,6 +43,9 @@ class Driver:
 
     ``maker`` is the picklable batch maker workers run; ``workers`` the DataLoader's options.  The run
     changes only here: :meth:`advance` (an iterator handed a batch out), :meth:`restart` (a restore).
+    The run is a :class:`~datareel.run.Run`, or any value with its face here (``cursor``, ``stream(rank)``,
+    ``at(cursor)``, ``check_sizes()``, ``seed``, ``reel``, ``resume_note()``): ``datareel.energon``'s val order
+    is driven by this driver too (:class:`datareel.energon.val.ValRun`).
     """
 
     def __init__(self, run: Run, rank: int, workers: WorkerOptions, maker: Any):
@@ -97,7 +101,7 @@ class Driver:
             self.dataloader = None
         if self.dataloader is None:
             sampler = DescriptorSampler(self.feed, self.rank)
-            self.dataloader = self.workers.dataloader(self.maker, sampler, seed=self.run.recipe.seed)
+            self.dataloader = self.workers.dataloader(self.maker, sampler, seed=self.run.seed)
         return self.dataloader
 
     def discard_workers(self) -> None:
@@ -175,7 +179,7 @@ class LoaderIterator:
         try:
             if self.deaths != WORKER_DEATHS.deaths:  # a worker died while the training loop ran: ours?
                 self.deaths = WORKER_DEATHS.deaths
-                dead = dead_workers(self.inner)
+                dead = lost_work(self.inner)  # a worker that ended idle at a pass's end costs nothing
                 if dead:
                     raise RuntimeError(f"DataLoader worker process ended unexpectedly: {dead}")
             waiting = self.workers and WORKER_DEATHS.wait()
@@ -208,8 +212,7 @@ class LoaderIterator:
         """Tell the training loop, on the exception that ended this iterator, how to continue."""
         note = (
             f"datareel: this iterator ended ({type(exc).__name__}) and the loader dropped its worker processes; "
-            f"the micro-batch it was making does not count as consumed: call iter(loader) again to continue "
-            f"from cursor {self.driver.run.position} (nothing handed out is lost or repeated) with fresh workers"
+            f"the micro-batch it was making does not count as consumed: {self.driver.run.resume_note()}"
         )
         if hasattr(exc, "add_note"):  # Python 3.11+
             exc.add_note(note)

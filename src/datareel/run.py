@@ -77,6 +77,18 @@ class Run:
         return self.cursor.position
 
     @property
+    def seed(self) -> int:
+        """The run's seed (its workers' too)."""
+        return self.recipe.seed
+
+    def resume_note(self) -> str:
+        """How a training loop continues after an iterator over this run ended early (a note on its error)."""
+        return (
+            f"call iter(loader) again to continue from cursor {self.position} (nothing handed out is lost or "
+            f"repeated) with fresh workers"
+        )
+
+    @property
     def at_end(self) -> bool:
         """Whether the cursor is the end of a ``repeat=False`` pass."""
         return self.reel.at_end(self.cursor)

@@ -273,3 +273,37 @@ def test_a_batch_that_does_not_pickle_is_a_named_error_not_a_hang(workers):
     del it
     loader.close()
     gc.collect()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_persistent_worker_that_ends_idle_at_the_end_of_a_pass_costs_nothing(workers):
+    """A worker of a persistent DataLoader dies after the last batch of a finite pass was handed out, with no
+    work left in it: the pass ends as it would have (``StopIteration``, not a worker's death), and the next
+    pass from the start starts fresh workers (Energon's val loaders ride this too)."""
+    loader = datareel.Loader(
+        datareel.from_sequence(list(range(40)), name="forty"),
+        shuffle=False,
+        repeat=False,
+        num_workers=workers,
+        persistent_workers=True,
+        **OPTIONS,
+    )
+    start = loader.state_dict()
+    with must_return(60):
+        it = iter(loader)
+        first = [next(it).tolist() for _ in range(10)]  # every batch of the pass
+        while it.inner._rcvd_idx < it.inner._send_idx:  # wait for nothing: torch has every batch in
+            time.sleep(0.01)
+        victim = it.inner._workers[0].pid
+        os.kill(victim, signal.SIGKILL)
+        wait_until_ended(victim)
+        with pytest.raises(StopIteration):
+            next(it)
+        del it
+        assert list(loader) == []  # the pass has ended
+        loader.load_state_dict(start)
+        again = [b.tolist() for b in loader]
+    loader.close()
+    gc.collect()
+    assert first == [list(range(4 * i, 4 * i + 4)) for i in range(10)]
+    assert again == first  # the pass again, whole, from fresh workers

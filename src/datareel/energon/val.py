@@ -11,43 +11,30 @@ out like this (checked beside it in tests/energon/test_energon_val_loops.py):
   one partial, unless ``batch_drop_last``);
 - the rank's loader takes its workers' batches in turn (:class:`~.passes.Passes`).
 
-:class:`ValPlan` turns those batches into datareel descriptors (reel position = the sample's
-index in the concatenated datasets, which keys its randomness) and makes them in a
-``torch.utils.data.DataLoader`` over datareel's stateless batch maker, in that order.
-
-A pass whose ``next()`` fails (a worker that died however it died, ``KeyboardInterrupt``, ...) is a
-pass left early: the next ``for`` continues it after the last batch handed out, with fresh workers
-(the DataLoader's sampler ran ahead of what was handed out, so the pass is replayed from its start
-without making the batches handed out); a :class:`~datareel.BatchError` counts as handed out.  A
-dead worker is reported by ``next()``, never in the loop's own code (as datareel's Loader does:
-:class:`~datareel.execute.workers.WorkerDeaths`).
+:class:`ValRun` turns those batches into datareel descriptors (reel position = the sample's
+index in the concatenated datasets, which keys its randomness), and datareel's own driver
+(:class:`datareel.iteration.Driver`, the one a Loader drives its run with) makes them in a
+``torch.utils.data.DataLoader`` over datareel's stateless batch maker, in that order.  So a val pass fails
+and continues as a Loader's iteration does: a pass whose ``next()`` fails (a worker that died however it
+died, ``KeyboardInterrupt``, ...) is a pass left early, and the next ``for`` continues it after the last
+batch handed out, with fresh workers (the sampler ran ahead of what was handed out, so the pass is replayed
+from its start without making the batches handed out); a :class:`~datareel.BatchError` counts as handed
+out; a dead worker is reported by ``next()``, never in the loop's own code.
 """
 
 from __future__ import annotations
 
-import logging
-import weakref
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Sampler
 
-from ..errors import BatchError
 from ..execute.batch import BatchMaker
-from ..execute.workers import (
-    WORKER_DEATHS,
-    WorkerOptions,
-    dead_workers,
-    end_with_this_process,
-    lost_worker,
-    start_iterator,
-    stop_iterator,
-)
+from ..execute.workers import WorkerOptions
+from ..iteration import Driver
 from ..reel.base import Descriptor
 from .passes import Batches, Passes
-
-log = logging.getLogger("datareel")
 
 
 def spread(n: int) -> list[int]:
@@ -113,38 +100,69 @@ def worker_slices(sizes: Sequence[int], world_size: int, rank: int, num_workers:
     return [WorkerSlice(s) for s in segments]
 
 
-class _Feed(Sampler[Descriptor]):
-    """The DataLoader's sampler: the descriptors of the plan's current pass (its iterator holds no plan:
-    the DataLoader that holds it is the plan's)."""
+@dataclass(frozen=True)
+class ValCursor:
+    """Where a val pass stands: the marks of its start (:meth:`~.passes.Passes.mark`) and the batches of it
+    handed out; ``then``: the marks right after them, where one stream makes every batch of the rank."""
 
-    def __init__(self, plan: ValPlan):
-        super().__init__()
-        self._plan = weakref.ref(plan)
-
-    def __iter__(self) -> Iterator[Descriptor]:
-        plan = self._plan()
-        if plan is None or plan.passes is None:
-            return iter(())
-        return _descriptors(plan.slices, plan.passes, plan.skip)
+    marks: Any
+    handed: int
+    then: Any = None
 
 
-def _descriptors(slices: list[WorkerSlice], passes: Passes, skip: int) -> Iterator[Descriptor]:
-    """The pass's descriptors, but the first ``skip`` (handed out before the pass failed).  Lazy: torch's
-    DataLoader makes an iterator of its sampler that it never reads."""
+class ValRun:
+    """Energon's val order as a run that datareel's driver (:class:`datareel.iteration.Driver`) drives, as it
+    drives a Loader's: this rank's descriptors of the current pass from :attr:`cursor`; the cursor after
+    each, and at the pass's end the start of the next pass.  ``passes``: the rank's wrapped worker streams
+    (shared by every run of one loader: a stream seeks first, so a sampler that ran ahead of what was handed
+    out costs nothing).
+
+    Where to go on from is Energon's: its streams' state.  With one stream (no worker processes, or one) that
+    is the marks right after the last batch handed out (``then``), and the pass goes on from there as a new
+    pass (so a pass left right after its partial last batch goes on with the next whole pass, as Energon's
+    does); with several, the pass is made again from its start's marks without the batches handed out."""
+
+    reel = None  # nothing to close
+
+    def __init__(self, slices: list[WorkerSlice], passes: Passes, cursor: ValCursor, seed: int):
+        self.slices, self.passes, self.cursor, self.seed = slices, passes, cursor, seed
+
+    def at(self, cursor: ValCursor) -> ValRun:
+        return ValRun(self.slices, self.passes, cursor, self.seed)
+
+    def check_sizes(self) -> None:
+        """Nothing to check: each worker cuts its own slice into batches."""
+
+    def stream(self, rank: int) -> Iterator[tuple[Descriptor | None, ValCursor]]:
+        """The pass's descriptors after the ``handed`` ones, each with the cursor after it (:func:`_descriptors`)."""
+        return _descriptors(self)
+
+    def resume_note(self) -> str:
+        return (
+            f"the next `for` over the loader continues this pass after the {self.cursor.handed} batches handed "
+            f"out (the batch being made is made again), with fresh workers"
+        )
+
+
+def _descriptors(run: ValRun) -> Iterator[tuple[Descriptor | None, ValCursor]]:
+    """``run``'s descriptors from its cursor, each with the cursor after it, and at the end the next pass's
+    start (lazy: torch makes a sampler iterator it never reads)."""
+    passes, single = run.passes, len(run.passes.workers) == 1
+    marks, handed = run.cursor.marks, run.cursor.handed
+    if single and run.cursor.then is not None:
+        marks, handed = run.cursor.then, 0  # the streams' state after the batches handed out
+    passes.seek(marks)
     for step, (worker, (start, stop)) in enumerate(passes):
-        if step < skip:
-            continue
-        positions, sources, indices = slices[worker].arrays(start, stop)
-        yield Descriptor(step, positions, sources, indices)
-
-
-def _pending(inner: Any) -> bool:
-    """Whether torch's DataLoader iterator has batches still to hand out (sent to workers, not yet returned)."""
-    return bool(getattr(inner, "_rcvd_idx", 0) < getattr(inner, "_send_idx", 1))
+        if step >= handed:
+            positions, sources, indices = run.slices[worker].arrays(start, stop)
+            after = ValCursor(marks, step + 1, passes.mark() if single else None)
+            yield Descriptor(step, positions, sources, indices), after
+    yield None, ValCursor(passes.mark(), 0)  # the next pass starts where this one left the streams
 
 
 class ValPlan:
-    """One rank's Energon val batches, made by datareel's batch maker in worker processes."""
+    """One rank's Energon val batches, made by datareel's batch maker in worker processes, driven by datareel's
+    driver (:class:`datareel.iteration.Driver`) over a :class:`ValRun`."""
 
     def __init__(
         self,
@@ -167,99 +185,36 @@ class ValPlan:
             prefetch_factor=prefetch_factor if num_workers else None,
             persistent_workers=bool(num_workers),
         )
-        self.passes: Passes | None = None  # the wrapped workers' streams over `bases` (given by iterate)
-        self.skip = 0  # batches of the pass the sampler leaves out (handed out before the pass failed)
-        self._failed: tuple[list[Any], int] | None = None  # the failed pass: (its start's marks, batches handed out)
-        self._current: tuple[list[Any], int] | None = None  # the pass being iterated: (start's marks, handed out)
-        self._dataloader: Any = None
-        self._inner: Any = None  # a weak reference to the DataLoader iterator of the current pass
+        self.driver: Driver | None = None  # made with the wrapped streams (the first pass)
+
+    def _driver(self, passes: Passes) -> Driver:
+        if self.driver is None:
+            run = ValRun(self.slices, passes, ValCursor(passes.mark(), 0), self.seed)
+            self.driver = Driver(run, 0, self.workers, self.maker)  # the run is this rank's already
+        return self.driver
 
     def iterate(self, passes: Passes) -> Iterator[Any]:
-        """One pass of ``passes`` (this rank's wrapped worker streams over :attr:`bases`): the batches,
-        made by a DataLoader in the pass's order; after a pass failed, the rest of that pass."""
-        self.passes = passes
-        if self._failed is not None:
-            start, handed = self._failed
-            self._failed = None
-            passes.seek(start)
-        else:
-            start, handed = passes.mark(), 0
-        self.skip = handed
-        self._current = (start, handed)
-        inner: Any = None
-        while True:
-            try:
-                if inner is None:
-                    deaths = WORKER_DEATHS.deaths  # before the start: a worker dying in it is looked for here
-                    inner = self._start()
-                if deaths != WORKER_DEATHS.deaths:  # a worker died while the loop ran: ours?
-                    deaths = WORKER_DEATHS.deaths
-                    dead = dead_workers(inner)
-                    if dead and _pending(inner):  # an idle worker at the pass's end costs nothing: it ends
-                        raise RuntimeError(f"DataLoader worker process ended unexpectedly: {dead}")
-                waiting = hasattr(inner, "_workers") and WORKER_DEATHS.wait()
-                try:
-                    batch = next(inner)
-                finally:
-                    WORKER_DEATHS.done(waiting)
-            except StopIteration:
-                self._current = None
-                return
-            except BaseException as exc:  # a worker died, an interrupt, a batch that failed: the pass goes on later
-                failed = isinstance(exc, BatchError)  # a property of the batch: it counts as handed out
-                handed += int(failed)
-                self._failed, self._current = (start, handed), None
-                lost = lost_worker(inner, exc) if hasattr(inner, "_workers") else None  # before the workers stop
-                self._stop(inner, broken=True)
-                report = exc if lost is None else lost  # a worker's death however torch surfaced it: one report
-                note = (
-                    f"datareel: this val pass ended ({type(report).__name__}); the next `for` over the loader "
-                    f"continues this pass after the {handed} batches handed out"
-                    + (" (the one that failed counts)" if failed else " (the batch being made is made again)")
-                    + ", with fresh workers"
-                )
-                if hasattr(report, "add_note"):  # Python 3.11+
-                    report.add_note(note)
-                else:
-                    log.error("%s", note)
-                if lost is not None:
-                    raise lost from exc
-                raise
-            handed += 1
-            self._current = (start, handed)
-            yield batch
+        """One pass of ``passes`` (this rank's wrapped worker streams over :attr:`bases`); after a pass that
+        failed, the rest of it."""
+        return self._driver(passes).iterate()
 
-    def position(self, passes: Passes) -> tuple[list[Any], int]:
+    def position(self, passes: Passes) -> tuple[Any, int]:
         """Where this rank's pass over ``passes`` stands: its start's marks and the batches handed out since
         (:mod:`.val_state`)."""
-        if self._current is not None:
-            return self._current
-        if self._failed is not None:
-            return self._failed
-        return passes.mark(), 0
+        cursor = self._driver(passes).run.cursor
+        return cursor.marks, cursor.handed
 
-    def continue_at(self, marks: list[Any], handed: int) -> None:
+    def continue_at(self, passes: Passes, marks: Any, handed: int) -> None:
         """The next pass continues from ``marks``, leaving out the ``handed`` batches already handed out."""
-        self._failed, self._current = (marks, handed), None
+        driver = self._driver(passes)
+        driver.restart(driver.run.at(ValCursor(marks, handed)))
 
-    def _start(self) -> Any:
-        """The DataLoader's iterator for a pass (its workers reported as datareel's Loader's are)."""
-        persistent = getattr(self._dataloader, "_iterator", None)  # torch's kept iterator (persistent_workers)
-        if persistent is not None and dead_workers(persistent):  # a worker died between passes: fresh ones
-            self._stop(persistent)
-        if self._dataloader is None:
-            self._dataloader = self.workers.dataloader(self.maker, _Feed(self), seed=self.seed)
-            end_with_this_process(self._dataloader)  # workers end with this process, however it ends
-        inner = start_iterator(self._dataloader)  # a worker dying in the start is reported by next()
-        self._inner = weakref.ref(inner)
-        return inner
-
-    def _stop(self, inner: Any, *, broken: bool = False) -> None:
-        """Forget the DataLoader and stop its workers (``broken``: killed with their work, its ``next()``
-        failed): a persistent DataLoader would reuse broken ones."""
-        stop_iterator(inner, broken=broken)
-        self._dataloader = self._inner = None
+    @property
+    def _dataloader(self) -> Any:
+        """The DataLoader of the passes (the driver's), for a look at its workers."""
+        return self.driver.dataloader if self.driver is not None else None
 
     def close(self) -> None:
         """Stop the worker processes of the current pass now."""
-        self._stop(self._inner() if self._inner is not None else None)
+        if self.driver is not None:
+            self.driver.close()

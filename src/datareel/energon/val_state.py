@@ -3,7 +3,7 @@
 A val loader in Energon's order (:mod:`.val`) reads each (rank, worker) slice in turn; its position is each
 node's mark at the start of the current pass (:meth:`~.passes.Passes.mark`: batches cut, repetitions, limits)
 and how many batches of that pass were handed out.  Restoring seeks the marks and leaves those batches out,
-the way a pass left early continues (:meth:`~.val.ValPlan.iterate`).  Which samples a worker reads depends on
+the way a pass left early continues (:class:`~.val.ValRun`).  Which samples a worker reads depends on
 the world size and worker count (Energon's val order), so the state restores on the same rank, world size,
 worker count, batch size and datasets only; anything else is refused naming the field.  (A train loader's
 state, unlike this one, restores on any topology.)
@@ -66,7 +66,7 @@ def restore_val(plan: Any, passes: Any, state: Any, rank: int, world_size: int) 
             f"afresh (Megatron reads val loaders afresh at every evaluation)",
             differ,
         )
-    plan.continue_at(marks, handed)
+    plan.continue_at(passes, marks, handed)
 
 
 def _plain(value: Any) -> Any:

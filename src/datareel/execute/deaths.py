@@ -210,6 +210,14 @@ def dead_workers(iterator: Any) -> str:
     return ", ".join(f"pid {w.pid} {_ended(w.exitcode)}" for w in dead)
 
 
+def lost_work(iterator: Any) -> str:
+    """:func:`dead_workers` of a DataLoader iterator that still waits for batches it sent out: a worker that
+    ended idle at the end of a pass costs nothing (the next pass starts fresh ones)."""
+    if getattr(iterator, "_rcvd_idx", 0) >= getattr(iterator, "_send_idx", 1):
+        return ""
+    return dead_workers(iterator)
+
+
 def _ended(code: int | None) -> str:
     if code is not None and code < 0:
         with contextlib.suppress(ValueError):

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..errors import BatchError, OptionError, check_int
 from ..lifetime import die_with_parent
-from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers
+from .deaths import WORKER_DEATHS, WorkerDeaths, dead_workers, lost_work
 from .lost import GuardedResults, Reported, WorkerLost, guard_result_queue, lost_worker, stop_iterator
 from .picklable import check_picklable, start_method
 
@@ -40,6 +40,7 @@ __all__ = [
     "dead_workers",
     "end_with_this_process",
     "guard_result_queue",
+    "lost_work",
     "lost_worker",
     "passthrough",
     "start_iterator",
