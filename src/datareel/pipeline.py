@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import OptionError
 from .execute.batch import BatchMaker, ExecOptions
@@ -42,17 +43,10 @@ def build(plan: ReelPlan, sources: list[Source], *, name: str, seed: int, option
     not go together, and a bad ``DATAREEL_*`` environment variable: :mod:`datareel.settings`), checked to
     pickle when they will be sent to other processes."""
     o = options
-    task_encoder, packing, stage, repeat = o.task_encoder, o.packing, o.stage, bool(o.repeat)
-    reseed_global_rng, on_error, error_handler, map_threads = (
-        o.reseed_global_rng,
-        o.on_error,
-        o.error_handler,
-        o.map_threads,
-    )
-    num_workers, multiprocessing_context = o.num_workers, o.multiprocessing_context
+    packing, stage = o.packing, o.stage
     check_environment()  # read up front: the places that use them are hints, which must not fail a batch
     check_options(packing, stage)
-    encoder = ResolvedEncoder(task_encoder, packing=packing, online=isinstance(stage, WindowedStage) and stage.pack)
+    encoder = ResolvedEncoder(o.task_encoder, packing=packing, online=isinstance(stage, WindowedStage) and stage.pack)
     if encoder.windowed and not isinstance(stage, WindowedStage):  # a generator: its outputs are planned per window
         if packing is not None or stage is not None:
             what = "datareel.Packing plans packs from lengths" if packing is not None else f"stage={stage!r} plans"
@@ -62,30 +56,63 @@ def build(plan: ReelPlan, sources: list[Source], *, name: str, seed: int, option
                 f"return one sample"
             )
         stage = WindowedStage()
-    options = ExecOptions.of(seed, reseed_global_rng, on_error, packing, error_handler)
     chosen = packing if packing is not None else stage
     blocks = read_blocks(plan)  # BlockShuffle: sources read in blocks, and in a bucket fetched a period ahead
     in_bucket = any(getattr(sources[s], "prefetches", False) for s in blocks)
-    options = dataclasses.replace(
-        options,
-        map_threads=check_map_threads(map_threads, options.reseed_global, encoder.reseeds),  # execute/threads.py
-        read_blocks=tuple(sorted(blocks.items())),
-        # the plain reel only: a process's micro-batches are evenly spaced there
-        ahead=(plan, block_span(plan)) if chosen is None and in_bucket else None,
-    )
-    maker = BatchMaker(sources, encoder, options)
+    # the plain reel only: a process's micro-batches are evenly spaced there
+    ahead = (plan, block_span(plan)) if chosen is None and in_bucket else None
+    maker = _maker(sources, encoder, seed, o, tuple(sorted(blocks.items())), ahead)
     planner: WindowPlanner | None = None
     if isinstance(chosen, WindowedStage):  # the encoder's own stage: planned with the workers' maker (execute/)
         planner = EncoderPlanner(maker, chosen)
     elif chosen is not None:
         planner = chosen.planner(StageContext(plan, sources, seed, maker))
     reel = make_reel(
-        plan, sources, chosen, planner, repeat=repeat, name=name, multiprocessing_context=multiprocessing_context
+        plan,
+        sources,
+        chosen,
+        planner,
+        repeat=bool(o.repeat),
+        name=name,
+        multiprocessing_context=o.multiprocessing_context,
     )
-    if num_workers or (chosen is not None and chosen.background):  # processes to send it to
-        named = [("task_encoder", task_encoder), ("error_handler", error_handler)]
-        named += [(f"dataset source {source.name!r}", source) for source in sources]
-        if chosen is not None and chosen.background and not isinstance(chosen, WindowedStage):
-            named.append((f"the planner of {type(chosen).__name__}", planner))
-        check_picklable(maker, [(k, v) for k, v in named if v is not None], multiprocessing_context)
+    if o.num_workers or (chosen is not None and chosen.background):  # processes to send it to
+        sent = [] if chosen is None or not chosen.background or isinstance(chosen, WindowedStage) else [planner]
+        _check_sent(maker, sources, o, [(f"the planner of {type(chosen).__name__}", p) for p in sent])
     return Pipeline(reel, maker)
+
+
+def batch_maker(sources: list[Source], *, seed: int, options: LoaderOptions) -> BatchMaker:
+    """The batch maker alone, made and checked as :func:`build` makes it, for an order a facade keeps itself
+    (``datareel.energon``'s val passes, driven by :class:`datareel.iteration.Driver`): one output per
+    sample, no reel stage (``packing`` and ``stage`` refused, as is a generator ``encode_sample``)."""
+    check_environment()
+    if options.packing is not None or options.stage is not None:
+        raise OptionError("batch_maker: packing and stage= plan a reel; build the loader's pipeline with build()")
+    encoder = ResolvedEncoder(options.task_encoder)
+    if encoder.windowed:
+        raise OptionError("batch_maker: a generator encode_sample runs in the windowed stage; use build()")
+    maker = _maker(sources, encoder, seed, options, (), None)
+    if options.num_workers:
+        _check_sent(maker, sources, options, [])
+    return maker
+
+
+def _maker(
+    sources: list[Source], encoder: ResolvedEncoder, seed: int, o: LoaderOptions, blocks: tuple, ahead: Any
+) -> BatchMaker:
+    options = ExecOptions.of(seed, o.reseed_global_rng, o.on_error, o.packing, o.error_handler)
+    options = dataclasses.replace(
+        options,
+        map_threads=check_map_threads(o.map_threads, options.reseed_global, encoder.reseeds),  # execute/threads.py
+        read_blocks=blocks,
+        ahead=ahead,
+    )
+    return BatchMaker(sources, encoder, options)
+
+
+def _check_sent(maker: BatchMaker, sources: list[Source], o: LoaderOptions, extra: list[tuple[str, Any]]) -> None:
+    """The maker pickles, to be sent to other processes; else the part that does not is named."""
+    named = [("task_encoder", o.task_encoder), ("error_handler", o.error_handler)]
+    named += [(f"dataset source {source.name!r}", source) for source in sources] + extra
+    check_picklable(maker, [(k, v) for k, v in named if v is not None], o.multiprocessing_context)

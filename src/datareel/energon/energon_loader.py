@@ -24,9 +24,10 @@ from typing import Any
 
 from ..blend.tree import Concat
 from ..errors import OptionError, check_int
-from ..execute.batch import BatchMaker, ExecOptions
 from ..execute.encoder import ResolvedEncoder
 from ..loader import Loader
+from ..options import LoaderOptions as MakerOptions
+from ..pipeline import batch_maker
 from ..reel import WindowedStage
 from ..sources.base import Source
 from .encoder_stamp import stamp
@@ -98,9 +99,15 @@ class EnergonLoader(StateMethods):
         resolved = ResolvedEncoder(encoder, online=online)
         sources = _val_sources(spec, dataset, resolved)
         if sources is not None:  # Energon's val order, exactly (datareel.energon.val)
-            maker = BatchMaker(
-                sources, resolved, ExecOptions.of(config.seed_offset, False, on_error, None, spec.handler)
+            made = MakerOptions(  # the batch size is each worker's (its slice's batches: .val)
+                global_batch_size=micro,
+                micro_batch_size=micro,
+                task_encoder=encoder,
+                num_workers=config.num_workers,
+                on_error=on_error,
+                error_handler=spec.handler,
             )
+            maker = batch_maker(sources, seed=config.seed_offset, options=made)  # as a Loader's is made
             self._val = ValPlan(
                 maker,
                 [len(s) for s in sources],
