@@ -426,3 +426,50 @@ def test_the_facade_error_says_where_the_loop_goes_on(texts, tmp_path):
     del info
     got += list(loader)
     assert len(got) == 13 and len({k for b in got for k in b}) == 90
+
+
+class FailsAtOccurrence(FailsAt):
+    """:class:`FailsAt` at the ``occurrence``-th time sample ``key`` is encoded (counted in ``marker.seen``)."""
+
+    def encode_sample(self, sample):
+        if sample.__key__ == self.key and not os.path.exists(self.marker):
+            with open(self.marker + ".seen", "a") as seen:
+                seen.write("x")
+            if os.path.getsize(self.marker + ".seen") == self.occurrence:
+                Path(self.marker).write_text("x")
+                raise KeyboardInterrupt if self.how == "interrupt" else ValueError(f"bad sample {self.key}")
+        return sample
+
+
+AFTER_PARTIAL = 13  # one stream: the first batch of the val pass's second repetition, right after the first
+# repetition's partial last batch (90 samples in batches of 7: 12 full, then 6)
+
+
+def repeated_val_loader(root, encoder, *, workers):
+    """A val loader whose pass is the val data twice (``RepeatDataset(val, repeats=2)``)."""
+    config = den.WorkerConfig(rank=0, world_size=1, num_workers=workers, global_error_handler=None)
+    dataset = den.get_val_dataset(
+        str(root), split_part="train", worker_config=config, batch_size=BATCH, task_encoder=encoder
+    )
+    return den.get_loader(den.RepeatDataset(dataset, repeats=2, worker_config=config))
+
+
+@pytest.mark.parametrize("how", ["interrupt", "error", pytest.param("SIGKILL", marks=pytest.mark.workers)])
+def test_a_val_pass_that_fails_right_after_a_partial_last_batch_goes_on_where_it_failed(texts, tmp_path, how):
+    """The wrapped stream has started its next repetition when the batch after a partial last batch fails: the
+    next ``for`` makes that batch again (or, for a BatchError, goes on after it), not a repetition more or less."""
+    workers = 1 if how == "SIGKILL" else 0
+    reference = Loop(repeated_val_loader(texts, DiesAt(tmp_path / "never", None), workers=workers))
+    reference.run("for", passes=2)
+    assert [len(p) for p in reference.passes] == [26, 26]
+    key = first_key(reference.passes, AFTER_PARTIAL)  # also the first key of batch 0
+    marker = tmp_path / "failed"
+    if how == "SIGKILL":
+        loader = repeated_val_loader(texts, DiesAt(marker, key, occurrence=2), workers=1)
+        loop = Loop(loader, step=kills_at(marker, AFTER_PARTIAL, how))
+    else:
+        loop = Loop(repeated_val_loader(texts, FailsAtOccurrence(marker, key, how, occurrence=2), workers=0))
+    loop.run("for", passes=2, catch=(Exception, KeyboardInterrupt))
+    failed = {"interrupt": "KeyboardInterrupt", "error": "BatchError", "SIGKILL": "RuntimeError"}[how]
+    assert loop.failures == [("next", AFTER_PARTIAL, failed)]
+    assert loop.passes == (without(reference.passes, AFTER_PARTIAL) if how == "error" else reference.passes)

@@ -117,10 +117,8 @@ class ValRun:
     (shared by every run of one loader: a stream seeks first, so a sampler that ran ahead of what was handed
     out costs nothing).
 
-    Where to go on from is Energon's: its streams' state.  With one stream (no worker processes, or one) that
-    is the marks right after the last batch handed out (``then``), and the pass goes on from there as a new
-    pass (so a pass left right after its partial last batch goes on with the next whole pass, as Energon's
-    does); with several, the pass is made again from its start's marks without the batches handed out."""
+    A pass goes on from its start's marks without the batches handed out; a pass the loop left (``break``)
+    goes on from the streams' state instead, as Energon's does (:meth:`ValPlan.iterate`)."""
 
     reel = None  # nothing to close
 
@@ -149,8 +147,6 @@ def _descriptors(run: ValRun) -> Iterator[tuple[Descriptor | None, ValCursor]]:
     start (lazy: torch makes a sampler iterator it never reads)."""
     passes, single = run.passes, len(run.passes.workers) == 1
     marks, handed = run.cursor.marks, run.cursor.handed
-    if single and run.cursor.then is not None:
-        marks, handed = run.cursor.then, 0  # the streams' state after the batches handed out
     passes.seek(marks)
     for step, (worker, (start, stop)) in enumerate(passes):
         if step >= handed:
@@ -186,6 +182,7 @@ class ValPlan:
             persistent_workers=bool(num_workers),
         )
         self.driver: Driver | None = None  # made with the wrapped streams (the first pass)
+        self.left = False  # the last pass was left by the loop (neither ended nor failed)
 
     def _driver(self, passes: Passes) -> Driver:
         if self.driver is None:
@@ -194,9 +191,23 @@ class ValPlan:
         return self.driver
 
     def iterate(self, passes: Passes) -> Iterator[Any]:
-        """One pass of ``passes`` (this rank's wrapped worker streams over :attr:`bases`); after a pass that
-        failed, the rest of it."""
-        return self._driver(passes).iterate()
+        """One pass of ``passes`` (this rank's wrapped worker streams over :attr:`bases`): after a pass that
+        failed, the rest of it; after a pass the loop left (``break``, without worker processes: with them the
+        facade keeps the pass), a new pass from where the one stream stands, as Energon starts one from its
+        dataset's state (so a pass left right after its partial last batch goes on with a whole pass)."""
+        driver = self._driver(passes)
+        cursor = driver.run.cursor
+        if self.left and cursor.then is not None:
+            driver.restart(driver.run.at(ValCursor(cursor.then, 0)))
+        self.left = True
+        try:
+            yield from driver.iterate()
+        except GeneratorExit:  # the loop left the pass
+            raise
+        except BaseException:  # it failed: the next pass goes on from the batch after the last handed out
+            self.left = False
+            raise
+        self.left = False
 
     def position(self, passes: Passes) -> tuple[Any, int]:
         """Where this rank's pass over ``passes`` stands: its start's marks and the batches handed out since
