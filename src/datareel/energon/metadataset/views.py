@@ -9,11 +9,11 @@ from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any
 
 from ...errors import DatasetError, OptionError
-from ...formats.metadataset.walk import Scope, Walk, beside
+from ...formats.metadataset.walk import Scope, Walk
 from ..multiplier import energon_multiplier
 from .loader_interface import DatasetLoaderInterface, LoadedDatasetList, TraversedDatasetReference
 from .values import DatasetSubset, merge_subset, parse_subset
-from .walk import JOIN_REFUSED, Request, joiner_of, node_datasets, resolved_entry, scope_of, traverse_node
+from .walk import JOIN_REFUSED, Request, beside, joiner_of, node_datasets, resolved_entry, scope_of, traverse_node
 
 __all__ = [
     "BlendDatasetReference",
@@ -214,7 +214,7 @@ def view_node(mds: Any, node: Any, split: str, *, resolve: bool) -> Any:
     holds), made by the walk (not into nested files).  With ``resolve`` (``post_initialize``) each path is
     resolved beside the file and must exist, ``aux`` entries become references and a nested metadataset is
     loaded and checked (Energon checks when loading the file); without, values are as written."""
-    return Walk(_Views(mds, resolve), follow=False).node(node, scope_of(mds, f"splits.{split}", split))
+    return Walk(_Views(mds, resolve), follow=False, place=beside).node(node, scope_of(mds, f"splits.{split}", split))
 
 
 class _Views:

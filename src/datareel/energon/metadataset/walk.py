@@ -63,7 +63,7 @@ def node_datasets(
 ) -> LoadedDatasetList:
     """The flattened leaves of ``node`` at ``where`` of ``mds`` (see the module doc)."""
     scope = scope_of(mds, where, split_part, subflavors=dict(subflavors or {}), multiplier=multiplier)
-    return cast(LoadedDatasetList, Walk(_Datasets(request, subset)).node(node, scope))
+    return cast(LoadedDatasetList, Walk(_Datasets(request, subset), place=beside).node(node, scope))
 
 
 class _Datasets(_Reader):
@@ -138,6 +138,11 @@ def _energon_reading(value: Any, place: str) -> int | None:
         raise DatasetError(f"{place}.{exc}") from None
 
 
+def beside(yaml: Any, path: str) -> EPath:
+    """An entry's ``path`` from the metadataset at ``yaml``, as Energon's ``EPath`` (``dss://`` names kept)."""
+    return (yaml if isinstance(yaml, EPath) else EPath(str(yaml))).parent / path
+
+
 def path_of(node: dict, scope: Scope) -> EPath:
     """An entry's ``path`` as Energon's ``EPath`` beside the file (``dss://`` names included)."""
     return home_of(scope) / node["path"]
@@ -168,7 +173,7 @@ def traverse_node(
     """The leaf references under ``node`` at ``where``: paths resolved, nothing opened (a missing leaf is
     listed as it is)."""
     scope = scope_of(mds, where, split_part, subflavors=dict(subflavors))
-    return cast(list, Walk(_Traversal()).node(node, scope))
+    return cast(list, Walk(_Traversal(), place=beside).node(node, scope))
 
 
 class _Traversal(_Reader):
@@ -193,7 +198,7 @@ class _Traversal(_Reader):
 def join_nodes(mds: Any, node: Any, split: str, found: list, included: list) -> None:
     """Collect under the split ``split`` of ``mds`` each join as ``(node, split, where)`` into ``found`` and
     each metadataset an entry includes into ``included`` (what ``prepare`` prepares)."""
-    Walk(_Joins(found, included), follow=False).node(node, scope_of(mds, f"splits.{split}", split))
+    Walk(_Joins(found, included), follow=False, place=beside).node(node, scope_of(mds, f"splits.{split}", split))
 
 
 class _Joins(_Reader):

@@ -27,7 +27,6 @@ from typing import Any, Generic, Protocol, TypeVar
 from ...errors import DatasetError
 from ...plan.over_epochs import check_multiplier, combine
 from ...storage import join
-from ...storage.epath import EPath
 from ...storage.path import as_path
 from ..metafiles import MAX_NODES, load_file
 from .document import checked, legacy_split
@@ -114,8 +113,6 @@ def detect(path: Any) -> bool:
 def beside(yaml_path: Any, path: str) -> Any:
     """``path`` from a metadataset at ``yaml_path``: relative to its directory (local or a URL); a URL or
     an absolute local path as it is, so local and remote datasets mix in one file."""
-    if isinstance(yaml_path, EPath):  # Energon's objects keep Energon's paths (dss://, msc://)
-        return yaml_path.parent / path
     return as_path(join(str(yaml_path.parent), path))
 
 
@@ -126,10 +123,18 @@ def file_key(path: Any) -> str:
 
 class Walk(Generic[T]):
     """Walks metadataset trees for ``visitor``; ``follow``: into the metadatasets entries name;
-    ``lenient``: a malformed node is skipped (``None``) rather than refused."""
+    ``lenient``: a malformed node is skipped (``None``) rather than refused; ``place``: where an entry's
+    ``path`` lies, from the file's path (default :func:`beside`; a facade keeps its own path type)."""
 
-    def __init__(self, visitor: Visitor[T], *, follow: bool = True, lenient: bool = False):
-        self.visitor, self.follow, self.lenient = visitor, follow, lenient
+    def __init__(
+        self,
+        visitor: Visitor[T],
+        *,
+        follow: bool = True,
+        lenient: bool = False,
+        place: Callable[[Any, str], Any] = beside,
+    ):
+        self.visitor, self.follow, self.lenient, self.place = visitor, follow, lenient, place
         self.documents: dict[str, Any] = {}  # file -> its parsed document (each read once)
 
     def document(self, path: Any) -> dict[str, Any]:
@@ -163,7 +168,7 @@ class Walk(Generic[T]):
                 return 1
             if isinstance(node.get("path"), str) and detect(node["path"]):
                 inner = node.get("split_part") or split
-                target = beside(path, node["path"])
+                target = self.place(path, node["path"])
                 return 1 + (self.count(target, inner, stack + (key,), memo) if isinstance(inner, str) else 0)
             items = node.get("blend", node.get("blend_epochized"))
             return 1 + (sum(walk(item) for item in items) if isinstance(items, list) else 0)
@@ -221,7 +226,7 @@ class Walk(Generic[T]):
                 if self.lenient:
                     return None
                 raise DatasetError(f"{scope.place}.path={path!r} must be a non-empty string")
-            target = beside(scope.yaml, path)
+            target = self.place(scope.yaml, path)
             if not (self.follow and detect(target)):
                 return self.visitor.dataset(node, target, scope)
             self.visitor.metadataset(node, target, scope)
