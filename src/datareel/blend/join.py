@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import DatasetError
 from ..formats.join import NONMATCH, Column, JoinIndex, clashes, energon_index_path, index_path, prepare_join
-from ..formats.metadataset.walk import Scope, Walk, beside
+from ..formats.metadataset.scope import Passive, Scope
+from ..formats.metadataset.walk import Walk, beside
 from ..formats.metafiles import check_keys
 
 JOIN_KEYS = ("join", "joiner", "split_part", "subflavors", "shuffle_over_epochs_multiplier", "subset")
@@ -122,23 +123,11 @@ def file_joins(yaml_path: Path) -> list[tuple[list[Column], str]]:
     return joins.found
 
 
-class _Joins:
+class _Joins(Passive):
     """The walk's visitor that lists a file's joins (:func:`file_joins`)."""
 
     def __init__(self) -> None:
         self.found: list[tuple[list[Column], str]] = []
-
-    def enter(self, node: dict, scope: Scope) -> None:
-        pass
-
-    def dataset(self, node: dict, target: Any, scope: Scope) -> None:
-        pass
-
-    def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
-        pass
-
-    def blend(self, node: dict, kind: str, children: list[None], scope: Scope) -> None:
-        pass
 
     def join(self, node: dict, scope: Scope) -> None:
         try:

@@ -32,7 +32,8 @@ from typing import Any, cast
 
 from ..errors import DatareelError, DatasetError, OptionError
 from ..formats import WEBDATASET, format_of
-from ..formats.metadataset.walk import Scope, Walk, beside, yaml_multiplier
+from ..formats.metadataset.scope import Scope, yaml_multiplier
+from ..formats.metadataset.walk import Walk, beside
 from ..formats.metafiles import close_names
 from ..plan.over_epochs import check_multiplier
 from ..sources.base import Source

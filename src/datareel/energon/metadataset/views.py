@@ -9,7 +9,8 @@ from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any
 
 from ...errors import DatasetError, OptionError
-from ...formats.metadataset.walk import Scope, Walk
+from ...formats.metadataset.scope import Passive, Scope
+from ...formats.metadataset.walk import Walk
 from ..multiplier import energon_multiplier
 from .loader_interface import DatasetLoaderInterface, LoadedDatasetList, TraversedDatasetReference
 from .values import DatasetSubset, merge_subset, parse_subset
@@ -217,17 +218,11 @@ def view_node(mds: Any, node: Any, split: str, *, resolve: bool) -> Any:
     return Walk(_Views(mds, resolve), follow=False, place=beside).node(node, scope_of(mds, f"splits.{split}", split))
 
 
-class _Views:
+class _Views(Passive):
     """The walk's visitor that makes Energon's object of each node."""
 
     def __init__(self, mds: Any, resolve: bool):
         self.mds, self.resolve = mds, resolve
-
-    def enter(self, node: dict, scope: Scope) -> None:
-        pass
-
-    def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
-        pass
 
     def blend(self, node: dict, kind: str, children: list[Any], scope: Scope) -> Any:
         # an inline blend inside a blend (datareel's extension) shows no weight: Energon's classes have none

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ...errors import DatasetError, OptionError
-from ...formats.metadataset.walk import Scope, Walk, detect, file_key
+from ...formats.metadataset.scope import Passive, Scope
+from ...formats.metadataset.walk import Walk, detect, file_key
 from ...storage.epath import EPath
 from ..multiplier import energon_multiplier
 from .dataset_loader import DatasetLoader
@@ -39,11 +40,8 @@ def scope_of(mds: Any, where: str, split: str, **values: Any) -> Scope:
     return Scope(yaml=mds.path, where=where, split=split, files=(file_key(mds.path),), **values)
 
 
-class _Reader:
+class _Reader(Passive):
     """What every reading below does alike: an entry naming a metadataset takes none of a dataset's fields."""
-
-    def enter(self, node: dict, scope: Scope) -> None:
-        pass
 
     def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
         for key in ("aux", "dataset_config", "split_config"):
@@ -211,9 +209,6 @@ class _Joins(_Reader):
     def dataset(self, node: dict, target: Any, scope: Scope) -> None:
         if detect(target):
             self.included.append(path_of(node, scope))
-
-    def blend(self, node: dict, kind: str, children: list[None], scope: Scope) -> None:
-        pass
 
 
 def joiner_of(spec: Any, where: str) -> Any:

@@ -8,7 +8,8 @@ from typing import Any
 
 from ...errors import DatasetError
 from ...storage.path import as_path
-from .walk import Scope, Walk
+from .scope import Passive, Scope
+from .walk import Walk
 
 
 def metadataset_info(path: Any) -> dict[str, Any]:
@@ -31,24 +32,12 @@ def metadataset_info(path: Any) -> dict[str, Any]:
     return {"path": str(path), "kind": "metadataset", "datasets": listing.datasets}
 
 
-class _Listing:
+class _Listing(Passive):
     """The walk's visitor that lists the datasets of a metadataset tree, in file order (each dataset read once)."""
 
     def __init__(self) -> None:
         self.datasets: list[dict[str, Any]] = []
         self.entries: dict[tuple[str, Any], dict[str, Any]] = {}
-
-    def enter(self, node: dict, scope: Scope) -> None:
-        pass
-
-    def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
-        pass
-
-    def blend(self, node: dict, kind: str, children: list[None], scope: Scope) -> None:
-        pass
-
-    def join(self, node: dict, scope: Scope) -> None:
-        pass
 
     def dataset(self, node: dict, target: Any, scope: Scope) -> None:
         part = scope.split if node.get("split_part") is None else node["split_part"]  # null: the split read

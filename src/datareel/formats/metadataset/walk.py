@@ -4,11 +4,11 @@
 ``blend``), finds a split's node, counts a tree before it is built (:data:`~..metafiles.MAX_NODES`), names
 a cycle of files that include each other, tells each node's kind (``path``, ``blend``, ``blend_epochized``
 or ``join``), follows an entry naming another metadataset into that file's split (``split_part``), and
-carries down what flows from outer entries to inner ones (:class:`Scope`): subflavors (outer over inner),
-``shuffle_over_epochs_multiplier`` (as written, read and combined where used: :meth:`Scope.combined`)
+carries down what flows from outer entries to inner ones (:class:`~.scope.Scope`): subflavors (outer over inner),
+``shuffle_over_epochs_multiplier`` (as written, read and combined where used: :meth:`~.scope.Scope.combined`)
 and ``subset`` ranges as written (innermost first; each reader applies them with its own arithmetic).
 
-What each reader makes of the nodes is its :class:`Visitor`:
+What each reader makes of the nodes is its :class:`~.scope.Visitor`:
 
 - the blend layer's builder (:mod:`datareel.blend.metadataset`): sources, mixes, concatenations, joins;
 - ``datareel info`` (:mod:`.info`): the datasets each split names, lenient (``lenient=True`` skips what is
@@ -21,88 +21,21 @@ What each reader makes of the nodes is its :class:`Visitor`:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, Generic, TypeVar
 
 from ...errors import DatasetError
-from ...plan.over_epochs import check_multiplier, combine
 from ...storage import join
 from ...storage.path import as_path
 from ..metafiles import MAX_NODES, load_file
 from .document import checked, legacy_split
+from .scope import Scope, Visitor, Written
 
 KINDS = ("path", "blend", "blend_epochized", "join")
 """The kinds of entry: the key that says what an entry is (exactly one of them per entry)."""
 SUFFIXES = (".yaml", ".yml")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Written:
-    """One ``subset`` as written, with where it was written and whether on a leaf (``path`` / ``join``)."""
-
-    spec: Any
-    yaml: Any
-    where: str
-    leaf: bool
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Where a node is and what its outer entries give it."""
-
-    yaml: Any  # the metadataset file holding the node
-    where: str  # the node's place in it: ``splits.train.blend[0]``
-    split: str  # the split part read (a nested metadataset's entry may name another: ``split_part``)
-    subflavors: dict[str, Any] = field(default_factory=dict)  # outer over inner
-    multiplier: int | None = 1  # the caller's, read
-    multipliers: tuple[tuple[Any, str], ...] = ()  # each entry's as written, with its place: outermost first
-    subsets: tuple[Written, ...] = ()  # innermost first
-    parent: str | None = None  # the kind of list holding the node (``blend``, ...); None for a split's own
-    files: tuple[str, ...] = ()  # the files being walked, outermost first
-
-    @property
-    def place(self) -> str:
-        """``FILE: WHERE``, how messages name the node."""
-        return f"{self.yaml}: {self.where}"
-
-    def combined(self, read: Callable[[Any, str], int | None] | None = None) -> int | None:
-        """The ``shuffle_over_epochs_multiplier`` of the node: the caller's and every entry's down to it, each
-        read by ``read(value, place)`` (default :func:`yaml_multiplier`), combined by Energon's rule."""
-        out = self.multiplier
-        for value, place in self.multipliers:
-            out = combine(out, (read or yaml_multiplier)(value, place))
-        return out
-
-    def part(self, node: dict) -> str:
-        """The split part an entry reads: its ``split_part`` (a string; ``null`` or empty inherits, as Energon)
-        or this one."""
-        value = node.get("split_part")
-        if value is None or value == "":
-            return self.split
-        if not isinstance(value, str):
-            raise DatasetError(f"{self.place}.split_part={value!r} must be a non-empty string")
-        return value
-
-
-class Visitor(Protocol[T]):
-    """What a reader makes of each node of a walk (``scope``: the node's, its own values applied)."""
-
-    def enter(self, node: dict, scope: Scope) -> None:
-        """Checks of a mapping's keys, before the walk reads any of them (``scope``: outer values only)."""
-
-    def dataset(self, node: dict, target: Any, scope: Scope) -> T:
-        """An entry naming a dataset at ``target`` (or, when the walk does not follow them, a metadataset)."""
-
-    def metadataset(self, node: dict, target: Any, scope: Scope) -> None:
-        """Checks of an entry naming a metadataset at ``target``, before the walk follows it."""
-
-    def join(self, node: dict, scope: Scope) -> T:
-        """A ``join`` entry (its datasets are the reader's to open)."""
-
-    def blend(self, node: dict, kind: str, children: list[T], scope: Scope) -> T:
-        """A ``blend`` / ``blend_epochized`` entry, its items already walked (in order)."""
 
 
 def detect(path: Any) -> bool:
@@ -274,14 +207,3 @@ class Walk(Generic[T]):
             subsets = (Written(node["subset"], scope.yaml, scope.where, kind in ("path", "join")),) + subsets
         subflavors = {**(own or {}), **scope.subflavors}  # the outer values win
         return replace(scope, subflavors=subflavors, multipliers=multipliers, subsets=subsets)
-
-
-def yaml_multiplier(value: Any, place: str) -> int | None:
-    """A metadataset's ``shuffle_over_epochs_multiplier``, as Energon reads it (``Optional[int]``: ``true`` is 1,
-    every float refused)."""
-    if value is True:
-        return 1
-    try:
-        return check_multiplier(value)
-    except ValueError as exc:
-        raise DatasetError(f"{place}.{exc}") from None
