@@ -58,8 +58,7 @@ class Remaker:
     batch, off the stream, must not disturb the stream's own reading)."""
 
     def __init__(self, maker: BatchMaker):
-        options = dataclasses.replace(maker.options, map_threads=0, ahead=None)
-        self.maker = BatchMaker(maker.sources, maker.encoder, options)
+        self.maker = maker.replaced(map_threads=0, ahead=None)
 
     def __call__(self, reel: Any, address: Address) -> Any:
         return self.maker[reel.descriptor(address.step, address.start, address.stop, address.point)]

@@ -46,7 +46,7 @@ def leaf(prefix: str):
         lambda name, flavors, part: {"path": f"{prefix}{name}", **flavors, **part},
         st.sampled_from(["a", "b"]),
         st.sampled_from([{}, {"subflavors": {"k": 1}}, {"subflavors": {"k": 2, "j": 0}}]),
-        st.sampled_from([{}, {"split_part": "val"}, {"split_part": None}, {"split_part": "train"}]),
+        st.sampled_from([{}, {"split_part": "val"}, {"split_part": None}, {"split_part": ""}, {"split_part": "train"}]),
     )
 
 
@@ -68,11 +68,16 @@ def write(path: Path, node) -> None:
     path.write_text(yaml.safe_dump({**HEADER, "splits": {"train": node, "val": node}}, sort_keys=False))
 
 
+def unviewed(source):
+    while isinstance(source, SourceView):
+        source = source.base
+    return source
+
+
 def builder_leaves(dataset, share=1.0):
     """(root, split, subflavors, share) of each leaf of datareel's blend, shares multiplied down."""
     if not isinstance(dataset, Blend):
-        while isinstance(dataset, SourceView):
-            dataset = dataset.base
+        dataset = unviewed(dataset)
         return [(Path(str(dataset.root)).resolve(), dataset.split.name, dataset.subflavors, share)]
     params = list(dataset.params())
     if isinstance(dataset, Mix):
@@ -120,7 +125,10 @@ def test_every_reader_reads_the_same_tree(world, data, kind):
     assert all(math.isclose(b[3], w[3], rel_tol=1e-12) for b, w in zip(built, want)), (built, want)
     assert [(root, split, flavors) for root, split, flavors, _ in built] == traversed
     assert [(root, split) for root, split, _, _ in built] == listed[: len(built)]  # info lists train, then val
-    assert len(loaded.datasets) == len(built)
+    factories = [d.dataset for d in loaded.datasets]
+    assert [(Path(str(f.path)).resolve(), f.split_part, unviewed(f.dataset).subflavors) for f in factories] == [
+        (root, split, flavors) for root, split, flavors, _ in built
+    ]
     if isinstance(datareel.open_dataset(top, split="train"), Blend):
         field = "weight" if kind == "blend" else "repetitions"
         for ours, (_, _, _, share) in zip(loaded.datasets, built):

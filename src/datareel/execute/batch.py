@@ -26,6 +26,7 @@ the policy, with no handler told — also when a substitute candidate meets it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -62,6 +63,11 @@ class BatchMaker(SamplePolicy, Dataset):
         self.lookahead = Lookahead(*options.ahead) if options.ahead is not None else None
         self.blocks = dict(options.read_blocks)  # source id -> samples per block (BlockShuffle)
         self.columnar = columnar(encoder, options)  # plain micro-batches may be made from columns (.columnar)
+
+    def replaced(self, **changes: Any) -> BatchMaker:
+        """This maker with some of its options changed (its sources and encoder shared), e.g. a copy that
+        reads without threads or look-ahead (:mod:`datareel.remake`)."""
+        return BatchMaker(self.sources, self.encoder, dataclasses.replace(self.options, **changes))
 
     # -- one sample -------------------------------------------------------------------------------
     def _read(self, source_id: int, index: int) -> Any:

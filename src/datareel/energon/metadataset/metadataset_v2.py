@@ -109,7 +109,8 @@ class MetadatasetV2(DatasetLoaderInterface):
 
     def nested(self, path: Any) -> MetadatasetV2:
         """The metadataset at ``path`` that an entry of this one names (either kind, unchecked), as
-        :func:`load_metadataset_file` loads it: how the walk follows an entry into another file."""
+        :func:`load_metadataset_file` loads it: how ``post_initialize`` resolves an entry naming another file (the
+        facade's walks follow such entries themselves)."""
         return load_metadataset_file(path)
 
     def split(self, split_part: str) -> Any:

@@ -40,7 +40,8 @@ class _Listing(Passive):
         self.entries: dict[tuple[str, Any], dict[str, Any]] = {}
 
     def dataset(self, node: dict, target: Any, scope: Scope) -> None:
-        part = scope.split if node.get("split_part") is None else node["split_part"]  # null: the split read
+        part = node.get("split_part")
+        part = scope.split if part is None or part == "" else part  # null or empty: the split read, as the walk
         if (str(target), part) not in self.entries:
             self.entries[(str(target), part)] = _entry(target, part)
         self.datasets.append(
