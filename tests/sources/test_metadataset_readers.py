@@ -169,3 +169,21 @@ def test_info_lists_past_what_it_cannot_read_and_names_a_file_that_is_missing(wo
     write(world / "gone.yaml", {"blend": [{"path": "a", "weight": 1}, {"path": "sub/nope.yaml", "weight": 1}]})
     with pytest.raises(DatasetError, match=r"nope\.yaml"):
         metadataset_info(world / "gone.yaml")
+
+
+def test_a_file_may_include_another_split_of_itself_as_energon_traverses_it(world):
+    """A cycle is a split that comes back: ``top.yaml`` train includes ``sub/back.yaml`` val, which includes
+    ``top.yaml`` val (a dataset): a finite tree, which megatron.energon's ``traverse_metadataset`` reads too."""
+    from megatron.energon.metadataset.loader import traverse_metadataset as energon_traverse
+
+    (world / "sub").mkdir(exist_ok=True)
+    top, back = world / "self.yaml", world / "sub" / "back.yaml"
+    splits = {"train": {"blend": [{"path": "sub/back.yaml", "weight": 1, "split_part": "val"}]}, "val": {"path": "b"}}
+    top.write_text(yaml.safe_dump({**HEADER, "splits": splits}))
+    back.write_text(yaml.safe_dump({**HEADER, "splits": {"val": {"path": "../self.yaml"}}}))
+    theirs = [(Path(str(r.path)), r.split_part) for r in energon_traverse(str(top), split_part="train")]
+    ours = [(Path(str(r.path)), r.split_part) for r in traverse_metadataset(top, split_part="train")]
+    assert ours == theirs == [(world / "b", "val")]
+    assert [(Path(d["path"]), d["split_part"]) for d in metadataset_info(top)["datasets"]][:1] == ours
+    (leaf,) = builder_leaves(datareel.open_dataset(top, split="train"))
+    assert (leaf[0], leaf[1]) == ((world / "b").resolve(), "val")

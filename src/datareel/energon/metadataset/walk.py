@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from ...errors import DatasetError, OptionError
 from ...formats.metadataset.scope import Passive, Scope
-from ...formats.metadataset.walk import Walk, detect, file_key
+from ...formats.metadataset.walk import Walk, detect, split_key
 from ...storage.epath import EPath
 from ..multiplier import energon_multiplier
 from .dataset_loader import DatasetLoader
@@ -37,7 +37,7 @@ class Request:
 
 def scope_of(mds: Any, where: str, split: str, **values: Any) -> Scope:
     """The walk's scope of the node at ``where`` (in-file, ``splits.NAME...``) of the loaded metadataset ``mds``."""
-    return Scope(yaml=mds.path, where=where, split=split, files=(file_key(mds.path),), **values)
+    return Scope(yaml=mds.path, where=where, split=split, files=(split_key(mds.path, split),), **values)
 
 
 class _Reader(Passive):

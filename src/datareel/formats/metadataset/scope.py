@@ -35,7 +35,7 @@ class Scope:
     multipliers: tuple[tuple[Any, str], ...] = ()  # each entry's as written, with its place: outermost first
     subsets: tuple[Written, ...] = ()  # innermost first
     parent: str | None = None  # the kind of list holding the node (``blend``, ...); None for a split's own
-    files: tuple[str, ...] = ()  # the files being walked, outermost first
+    files: tuple[str, ...] = ()  # the splits of files being walked (walk.split_key), outermost first
 
     @property
     def place(self) -> str:

@@ -2,11 +2,12 @@
 
 :class:`Walk` reads each file once (its top level checked, the legacy v1 ``datasets`` list read as a
 ``blend``), finds a split's node, counts a tree before it is built (:data:`~..metafiles.MAX_NODES`), names
-a cycle of files that include each other, tells each node's kind (``path``, ``blend``, ``blend_epochized``
-or ``join``), follows an entry naming another metadataset into that file's split (``split_part``), and
-carries down what flows from outer entries to inner ones (:class:`~.scope.Scope`): subflavors (outer over inner),
-``shuffle_over_epochs_multiplier`` (as written, read and combined where used: :meth:`~.scope.Scope.combined`)
-and ``subset`` ranges as written (innermost first; each reader applies them with its own arithmetic).
+a cycle of files that include each other (a split that comes back), tells each node's kind (``path``,
+``blend``, ``blend_epochized`` or ``join``), follows an entry naming another metadataset into that file's
+split (``split_part``), and carries down what flows from outer entries to inner ones
+(:class:`~.scope.Scope`): subflavors (outer over inner), ``shuffle_over_epochs_multiplier`` (as written, read
+and combined where used: :meth:`~.scope.Scope.combined`) and ``subset`` ranges as written (innermost first;
+each reader applies them with its own arithmetic).
 
 What each reader makes of the nodes is its :class:`~.scope.Visitor`:
 
@@ -50,8 +51,14 @@ def beside(yaml_path: Any, path: str) -> Any:
 
 
 def file_key(path: Any) -> str:
-    """What tells two files apart in a cycle: the resolved path."""
+    """What tells two files apart: the resolved path."""
     return str(as_path(str(path)).resolve())
+
+
+def split_key(path: Any, split: str) -> str:
+    """What a cycle repeats: a split of a file (a file may include another split of itself, or of a file that
+    includes it: a tree, as long as no split comes back)."""
+    return f"{file_key(path)} (split {split})"
 
 
 class Walk(Generic[T]):
@@ -92,8 +99,8 @@ class Walk(Generic[T]):
         """Blends and datasets the tree of ``split`` in ``path`` holds, includes expanded (memoised per file
         and split); raises past :data:`MAX_NODES`.  Malformed entries count as one."""
         memo = {} if memo is None else memo
-        key = file_key(path)
-        if (key, split) in memo or key in stack:
+        key, here = file_key(path), split_key(path, split)
+        if (key, split) in memo or here in stack:
             return memo.get((key, split), 1)  # a cycle is named by the walk
 
         def walk(node: Any) -> int:
@@ -102,7 +109,7 @@ class Walk(Generic[T]):
             if isinstance(node.get("path"), str) and detect(node["path"]):
                 inner = node.get("split_part") or split
                 target = self.place(path, node["path"])
-                return 1 + (self.count(target, inner, stack + (key,), memo) if isinstance(inner, str) else 0)
+                return 1 + (self.count(target, inner, stack + (here,), memo) if isinstance(inner, str) else 0)
             items = node.get("blend", node.get("blend_epochized"))
             return 1 + (sum(walk(item) for item in items) if isinstance(items, list) else 0)
 
@@ -123,7 +130,7 @@ class Walk(Generic[T]):
     def tree(self, path: Any, split: str, scope: Scope | None = None) -> T | None:
         """The split ``split`` of the metadataset at ``path`` (``scope``: what an outer entry gives it)."""
         scope = scope or Scope(yaml=path, where="", split=split)
-        key = file_key(path)
+        key = split_key(path, split)
         if key in scope.files:
             raise DatasetError(f"{path}: metadatasets include each other in a cycle: {list(scope.files)}")
         self.document(path)  # a file that does not read is named, also by a lenient walk
