@@ -77,8 +77,10 @@ def build(plan: ReelPlan, sources: list[Source], *, name: str, seed: int, option
         multiprocessing_context=o.multiprocessing_context,
     )
     if o.num_workers or (chosen is not None and chosen.background):  # processes to send it to
-        sent = [] if chosen is None or not chosen.background or isinstance(chosen, WindowedStage) else [planner]
-        _check_sent(maker, sources, o, [(f"the planner of {type(chosen).__name__}", p) for p in sent])
+        extra: list[tuple[str, Any]] = []
+        if chosen is not None and chosen.background and not isinstance(chosen, WindowedStage):
+            extra.append((f"the planner of {type(chosen).__name__}", planner))
+        _check_sent(maker, sources, o, extra)
     return Pipeline(reel, maker)
 
 

@@ -164,17 +164,22 @@ def test_a_persistent_worker_killed_between_iterators_is_replaced(workers):
     assert got == reference()
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
-def test_a_timed_out_worker_costs_no_batch(tmp_path, persistent):
-    loader = datareel.Loader(
+def stalling(tmp_path, *, persistent: bool, seconds: float) -> datareel.Loader:
+    """One worker that stalls ``seconds`` once, at sample ``DIES_AT``, under a 1-s DataLoader timeout."""
+    return datareel.Loader(
         data(),
         shuffle=False,
         num_workers=1,
         persistent_workers=persistent,
         timeout=1.0,
-        task_encoder=StallsOnce(tmp_path / "stalled", DIES_AT, seconds=4),
+        task_encoder=StallsOnce(tmp_path / "stalled", DIES_AT, seconds=seconds),
         **OPTIONS,
     )
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+def test_a_timed_out_worker_costs_no_batch(tmp_path, persistent):
+    loader = stalling(tmp_path, persistent=persistent, seconds=4)
     trained, failures = train(loader, lambda i, it: None)
     assert failures == [("next", "RuntimeError")], failures  # torch's "DataLoader timed out after 1.0 seconds"
     assert trained == reference()
@@ -184,15 +189,7 @@ def test_a_timed_out_persistent_worker_is_killed_not_waited_for(tmp_path):
     """A failed ``next()`` drops the persistent DataLoader, and then kills the iterator's workers with their work
     (exit status -SIGKILL); the DataLoader's finalizer must not stop them first the slow way (torch's stop
     waited 5 s for the busy worker, then terminated it: -SIGTERM)."""
-    loader = datareel.Loader(
-        data(),
-        shuffle=False,
-        num_workers=1,
-        persistent_workers=True,
-        timeout=1.0,
-        task_encoder=StallsOnce(tmp_path / "stalled", DIES_AT, seconds=30),
-        **OPTIONS,
-    )
+    loader = stalling(tmp_path, persistent=True, seconds=30)
     it = iter(loader)
     workers = list(it.inner._workers)
     with must_return(60), pytest.raises(RuntimeError, match="timed out"):

@@ -85,9 +85,7 @@ class _Datasets(_Reader):
             subset=subset,
             **self.request.kwargs,
         )
-        loader = DatasetLoader(
-            path_of(node, scope), split_config=node.get("split_config"), dataset_config=node.get("dataset_config")
-        )
+        loader = DatasetLoader(target, split_config=node.get("split_config"), dataset_config=node.get("dataset_config"))
         result = loader.get_datasets(**args)
         if node.get("aux"):
             home = home_of(scope)
@@ -136,19 +134,15 @@ def _energon_reading(value: Any, place: str) -> int | None:
         raise DatasetError(f"{place}.{exc}") from None
 
 
-def beside(yaml: Any, path: str) -> EPath:
-    """An entry's ``path`` from the metadataset at ``yaml``, as Energon's ``EPath`` (``dss://`` names kept)."""
-    return (yaml if isinstance(yaml, EPath) else EPath(str(yaml))).parent / path
-
-
-def path_of(node: dict, scope: Scope) -> EPath:
-    """An entry's ``path`` as Energon's ``EPath`` beside the file (``dss://`` names included)."""
-    return home_of(scope) / node["path"]
+def beside(yaml: EPath, path: str) -> EPath:
+    """An entry's ``path`` from the metadataset at ``yaml`` (its ``MetadatasetV2.path``, or a path this gave), as
+    Energon's ``EPath`` (``dss://`` names kept): what the facade's walks give their visitors as ``target``."""
+    return yaml.parent / path
 
 
 def home_of(scope: Scope) -> EPath:
-    """The directory of the file holding the node, as Energon's ``EPath`` (the file's own, kept by the walk)."""
-    return (scope.yaml if isinstance(scope.yaml, EPath) else EPath(str(scope.yaml))).parent
+    """The directory of the file holding the node (the walk keeps the facade's ``EPath``: :func:`beside`)."""
+    return scope.yaml.parent
 
 
 def _number(item: Any, key: str, where: str) -> float:
@@ -188,9 +182,7 @@ class _Traversal(_Reader):
             ref = aux_reference(value, home, scope.place)
             aux[str(name)] = getattr(ref, "path", None) or ref.fs_path
         part = scope.part(node)
-        return [
-            TraversedDatasetReference(path=path_of(node, scope), split_part=part, aux=aux, subflavors=scope.subflavors)
-        ]
+        return [TraversedDatasetReference(path=target, split_part=part, aux=aux, subflavors=scope.subflavors)]
 
 
 def join_nodes(mds: Any, node: Any, split: str, found: list, included: list) -> None:
@@ -208,7 +200,7 @@ class _Joins(_Reader):
 
     def dataset(self, node: dict, target: Any, scope: Scope) -> None:
         if detect(target):
-            self.included.append(path_of(node, scope))
+            self.included.append(target)
 
 
 def joiner_of(spec: Any, where: str) -> Any:
@@ -225,9 +217,10 @@ def joiner_of(spec: Any, where: str) -> Any:
 
 
 def resolved_entry(mds: Any, node: dict, target: Any, scope: Scope, *, joined: bool) -> dict[str, Any]:
-    """A dataset entry's ``path`` (``target``) checked, its ``aux`` references and its ``_dataset`` (a nested
-    metadataset is loaded and resolved as the metadataset ``mds`` that names it loads a file)."""
-    where, path = scope.place, path_of(node, scope)
+    """A dataset entry's ``path`` (``target``, an ``EPath``: :func:`beside`) checked, its ``aux`` references and
+    its ``_dataset`` (a nested metadataset is loaded and resolved as the metadataset ``mds`` that names it loads
+    a file)."""
+    where, path = scope.place, target
     if detect(target) and not joined:
         _Reader().metadataset(node, target, scope)
         inner = mds.nested(path)

@@ -40,8 +40,10 @@ class _Listing(Passive):
         self.entries: dict[tuple[str, Any], dict[str, Any]] = {}
 
     def dataset(self, node: dict, target: Any, scope: Scope) -> None:
-        part = node.get("split_part")
-        part = scope.split if part is None or part == "" else part  # null or empty: the split read, as the walk
+        try:
+            part = scope.part(node)  # null or empty: the split read, as every reader
+        except DatasetError:
+            part = node["split_part"]  # listed as written (opening the metadataset names it)
         if (str(target), part) not in self.entries:
             self.entries[(str(target), part)] = _entry(target, part)
         self.datasets.append(

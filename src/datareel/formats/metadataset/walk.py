@@ -75,14 +75,15 @@ class Walk(Generic[T]):
         place: Callable[[Any, str], Any] = beside,
     ):
         self.visitor, self.follow, self.lenient, self.place = visitor, follow, lenient, place
-        self.documents: dict[str, Any] = {}  # file -> its parsed document (each read once)
+        self.documents: dict[str, Any] = {}  # file -> its parsed, checked document (each read once)
 
     def document(self, path: Any) -> dict[str, Any]:
-        """The checked top level of the metadataset at ``path``."""
+        """The checked top level of the metadataset at ``path`` (read and checked once)."""
         key = file_key(path)
         if key not in self.documents:
-            self.documents[key] = load_file(as_path(str(path)), "metadataset", fix="fix the metadataset YAML")
-        return checked(self.documents[key], path)
+            loaded = load_file(as_path(str(path)), "metadataset", fix="fix the metadataset YAML")
+            self.documents[key] = checked(loaded, path)
+        return self.documents[key]
 
     def split_node(self, path: Any, split: str) -> Any:
         """The node of ``split`` in the metadataset at ``path`` (a legacy split as a ``blend``)."""
@@ -170,9 +171,12 @@ class Walk(Generic[T]):
             if not (self.follow and detect(target)):
                 return self.visitor.dataset(node, target, scope)
             self.visitor.metadataset(node, target, scope)
-            part = scope.split if self.lenient and not isinstance(node.get("split_part"), str) else scope.part(node)
-            if not part:
-                part = scope.split
+            try:
+                part = scope.part(node)
+            except DatasetError:
+                if not self.lenient:
+                    raise
+                part = scope.split  # a lenient walk reads on in the outer split
             return self.tree(target, part, scope)
         items = node[kind]
         if not isinstance(items, list):  # an empty one is the reader's to refuse (Energon loads it)
