@@ -18,9 +18,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 from typing import Any
 
-from ..errors import ForeignStateError, StateCheckError, StateDamagedError, StateVersionError, brief
+from ..errors import (
+    ForeignStateError,
+    StateCheckError,
+    StateDamagedError,
+    StateMismatchError,
+    StateVersionError,
+    brief,
+)
 from ..reel.cursor import Cursor
 from .cursor import cursor_from_json, cursor_to_json
 from .fields import VERSION_PROTECTS, check_fields
@@ -28,6 +36,7 @@ from .spec import Spec, mismatch
 from .upgrade import upgrade
 from .values import check_bounds
 
+log = logging.getLogger("datareel")
 FORMAT = "datareel.loader"
 VERSION = 1
 KEYS = ("format", "version", "cursor", "spec", "pack", "check")
@@ -114,15 +123,41 @@ def read_state(state: Any, spec: Spec | dict[str, Any]) -> Cursor:
     """Check a saved state (:func:`check_state`) against the current ``spec`` and return its cursor.
 
     Raises :class:`~datareel.errors.StateMismatchError` naming every differing field
-    (:meth:`Spec.diff`), after reading an older release's fields as today's (:func:`.upgrade.upgrade`).
+    (:meth:`Spec.diff`), after reading an older release's fields as today's (:func:`.upgrade.upgrade`); a
+    windowed stage's task encoder class alone may differ at a window's start (:func:`encoder_changed`).
     """
     saved = read_spec(state)
     cursor = cursor_from_json(state)
     current = Spec.of(spec)
     differences = upgrade(saved, current).diff(current)
-    if differences:
+    if differences and not encoder_changed(differences, cursor):
         raise mismatch(differences)
     return cursor
+
+
+def encoder_changed(differences: list[Any], cursor: Cursor) -> bool:
+    """Whether the only difference is the windowed stage's task encoder class, at a window's start: nothing
+    of that window was handed out, the windows before it were all handed out, and every window from it on is
+    planned by the encoder now given, so every input is still served once.  Inside a window the outputs (or
+    packs) already handed out were planned by the saved encoder, which the restoring one may plan otherwise:
+    raises :class:`~datareel.errors.StateMismatchError` naming the window and the way out."""
+    if len(differences) != 1 or differences[0][0] != "stage" or cursor.pack is None:
+        return False
+    _, old, new, _ = differences[0]
+    if not isinstance(old, dict) or not isinstance(new, dict) or {**old, "encoder": 0} != {**new, "encoder": 0}:
+        return False
+    (w, o), then, now = cursor.pack, old.get("encoder"), new.get("encoder")
+    if o:
+        raise StateMismatchError(
+            f"the state was saved by task encoder {then} inside window {w} of the windowed stage ({o} of that "
+            f"window's outputs or packs handed out); {now} may plan that window otherwise (encode_sample, "
+            f"select_samples_to_pack), which would re-serve or skip its samples. Another encoder class continues "
+            f"a state saved at a window's start (pack=[w, 0]); restore this one with a class named {then}, or "
+            f"start without restoring",
+            {"stage": (old, new)},
+        )
+    log.info("state saved by task encoder %s continues with %s from window %d (its start)", then, now, w)
+    return True
 
 
 def _check_binding(state: dict[str, Any]) -> None:

@@ -179,7 +179,7 @@ FIELDS: tuple[Field, ...] = (
         _stage,
         "what each window of the windowed stage yields: another window, packing mode (pack) or encoder class "
         "would plan other outputs (or packs) from the same inputs, so the cursor's (window, offset) would point at "
-        "outputs the saved run never made",
+        "outputs the saved run never made (the encoder class alone may change at a window's start, pack=[w, 0])",
     ),
 )
 """The spec's fields, in the order a state writes them."""
