@@ -234,11 +234,11 @@ def test_the_local_msc_profile_name_is_mscs_without_importing_msc():
     import subprocess
     import sys
 
-    from datareel.storage.epath import DEFAULT_PROFILE_NAME
+    from datareel.energon.epathlib import DEFAULT_PROFILE_NAME
 
     msc = pytest.importorskip("multistorageclient.config")
     assert msc.RESERVED_POSIX_PROFILE_NAME == DEFAULT_PROFILE_NAME
-    code = "import sys, datareel.storage.epath; print('multistorageclient' in sys.modules)"
+    code = "import sys, datareel.energon.epathlib; print('multistorageclient' in sys.modules)"
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120

@@ -144,7 +144,7 @@ def primary_info(source: Source, index: int, sample: Mapping[str, Any]) -> Sourc
     key = sample.get("__key__", "")
     parts = tuple(f"{key}.{part}" for part in sample if not (part.startswith("__") and part.endswith("__")))
     return SourceInfo(
-        dataset_path=dataset_path(inner.root),
+        dataset_path=getattr(inner, "_dataset_path", None) or dataset_path(inner.root),  # the reader's, made once
         index=int(inner.starts[shard]) + local,
         shard_name=str(inner.shards[shard]),
         file_names=parts,

@@ -10,7 +10,7 @@ and refuses by name, with the fix, what the facade cannot honour: a decoder with
 megatron.energon's savable-loader states (:func:`refuse_energon_state`).  The decoder's readers
 (:func:`as_sample_decoder`, :func:`user_decoder`) live beside ``SampleDecoder``
 (:mod:`.flavors.webdataset.sample_decoder`), an ``EPath``'s (:func:`path_url`) beside ``EPath``
-(:mod:`datareel.storage.epath`); both are importable here too.
+(:mod:`.epathlib.names`); both are importable here too.
 
 Sample and batch dataclasses, ``@stateless`` markers (``__stateless__``, and the seed wrapper of
 ``restore_seeds=True``, unwrapped by :class:`datareel.execute.encoder.ResolvedEncoder`), cookers
@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from ..errors import ForeignStateError, OptionError
-from ..storage.epath import path_url as path_url
+from .epathlib.names import path_url as path_url
 from .flavors.webdataset.sample_decoder import DECODER_CONFIG as DECODER_CONFIG
 from .flavors.webdataset.sample_decoder import as_sample_decoder as as_sample_decoder
 from .flavors.webdataset.sample_decoder import user_decoder as user_decoder

@@ -5,7 +5,8 @@ sample's own parts) and one per auxiliary lookup a cooker made.  Records are sma
 they cross worker queues and compare by value.
 
 Every reader of a prepared dataset puts the record of its own read on each sample it makes, with what
-Energon's readers put there: a WebDataset sample's ``SourceInfo(dataset_path=EPath(root), index=<its index
+Energon's readers put there: a WebDataset sample's ``SourceInfo(dataset_path=<root: its EPath where the facade
+registered that type (:func:`register_record_path`), else its path string>, index=<its index
 in the split, excluded samples counted>, shard_name=<shard as the split names it>, file_names=<the tar
 members read, in tar order>)``; a JSONL line's ``SourceInfo(dataset_path=<the file's path, a str>,
 index=<line number>, shard_name=<the file's name>, file_names=("<index>.json",))``.  Views, subsets and
@@ -14,6 +15,7 @@ blends pass samples through unchanged, so the record names the dataset that was 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,15 +54,27 @@ def make_source_info(
     return info
 
 
-def dataset_path(root: Any) -> Any:
-    """The ``dataset_path`` of records of the dataset at ``root``: its :class:`~datareel.storage.epath.EPath`
-    (Energon's type, the one ``datareel.energon.epathlib`` gives: it compares equal to the user's
-    ``EPath(...)``), or ``str(root)`` where no ``EPath`` names it."""
-    from ..storage.epath import EPath  # when a record is first made: multi-storage-client names its profiles
+_record_path: Callable[[str], Any] | None = None
 
+
+def register_record_path(factory: Callable[[str], Any] | None) -> None:
+    """Make records' ``dataset_path`` with ``factory`` (the dataset's path or URL as a string -> the value;
+    ``None``: the string itself).  ``datareel.energon`` registers its ``EPath`` when it loads, so a dataset
+    opened with the facade loaded names itself in records as Energon's readers do; the value is made when the
+    dataset is opened and travels with it to worker processes."""
+    global _record_path
+    _record_path = factory
+
+
+def dataset_path(root: Any) -> Any:
+    """The ``dataset_path`` of records of the dataset at ``root``: ``str(root)``, or what the registered
+    factory makes of it (:func:`register_record_path`; ``str(root)`` where the factory refuses it)."""
+    factory = _record_path
+    if factory is None:
+        return str(root)
     try:
-        return EPath(str(root))
-    except (ValueError, DatareelError):  # a store EPath has no scheme for (http://, gs://): its URL
+        return factory(str(root))
+    except (ValueError, DatareelError):  # e.g. a store EPath has no scheme for (http://, gs://): its URL
         return str(root)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...blend.stores import JsonlFileStore, SystemFileStore, WebdatasetFileStore
 from ...sources.source_info import SourceInfo
-from ...storage.epath import EPath
+from ..epathlib import EPath
 from .base import FileStore, FileStoreDecoder, FileStoreWrapper
 
 __all__ = ["DecodeFileStore", "JsonlFileStore", "SystemFileStore", "WebdatasetFileStore", "epath"]

@@ -11,8 +11,8 @@ from typing import Any
 
 from ...errors import DatasetError, OptionError
 from ...formats import METADATASET
-from ...storage.epath import EPath
 from ...storage.path import as_path
+from ..epathlib import EPath
 from .dataset_loader import DatasetLoader
 from .loader_interface import DatasetLoaderInterface, TraversedDatasetReference
 from .metadataset_v2 import load_metadataset_file as load_metadataset_file

@@ -34,8 +34,8 @@ from ...errors import DatasetError
 from ...formats.metadataset.document import checked, legacy_split
 from ...formats.metadataset.walk import file_key
 from ...formats.metafiles import load_file
-from ...storage.epath import EPath
 from ...storage.path import as_path
+from ..epathlib import EPath
 from ..multiplier import energon_multiplier
 from .loader_interface import DatasetLoaderInterface, LoadedDatasetList, TraversedDatasetReference
 from .values import AuxDatasetReference as AuxDatasetReference

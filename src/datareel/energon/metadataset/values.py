@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import DatasetError
-from ...storage.epath import EPath
+from ..epathlib import EPath
 
 __all__ = [
     "AuxDatasetReference",

@@ -14,7 +14,7 @@ from typing import Any, cast
 from ...errors import DatasetError, OptionError
 from ...formats.metadataset.scope import Passive, Scope
 from ...formats.metadataset.walk import Walk, detect, split_key
-from ...storage.epath import EPath
+from ..epathlib import EPath
 from ..multiplier import energon_multiplier
 from .dataset_loader import DatasetLoader
 from .loader_interface import DatasetBlendMode, LoadedDatasetList, TraversedDatasetReference

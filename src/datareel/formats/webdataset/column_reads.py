@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...sources.source_info import SourceInfo, dataset_path, make_source_info
+from ...sources.source_info import SourceInfo, make_source_info
 from .columns import plain_columns
 
 if TYPE_CHECKING:
@@ -173,8 +173,6 @@ def _records(
 ) -> list[tuple[SourceInfo]]:
     """Each sample's ``__sources__`` (as :meth:`~.reader.WebDatasetSource._sources` makes it)."""
     path = source._dataset_path
-    if path is None:  # once per process: an EPath costs ~0.1 ms to make
-        path = source._dataset_path = dataset_path(source.root)
     names = source.shards
     first = source._first
     files = list(zip(*[[f"{key}.{part}" for key in keys] for part in parts]))  # (k,) of (P,)

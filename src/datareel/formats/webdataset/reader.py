@@ -24,6 +24,7 @@ from ...sources.base import Source, file_check
 from ...sources.dataset_code import DatasetCode
 from ...sources.fieldmap import TypedFields, typed_fields
 from ...sources.index_files import sample_range
+from ...sources.source_info import dataset_path
 from ...storage import HandleCache, files_for
 from ...storage.path import as_path
 from . import meta
@@ -110,7 +111,7 @@ class WebDatasetSource(SampleMaking, ShardReads, BlockReads, ColumnReads, Source
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])  # (S + 1,) first index of each shard
         self._first: list[int] = self.starts.tolist()  # the same as ints: each record's split index
         self._typed_parts = self.typed.parts if self.typed is not None else None  # the members records name
-        self._dataset_path: Any = None  # records' dataset_path, made on first use (an EPath of root)
+        self._dataset_path: Any = dataset_path(self.root)  # records' dataset_path, made here: workers get it
         # a 0-count shard is never read, so its first-use check would never run: check it now (index and
         # tar end), or a count of 0 written for a shard holding samples would drop them without a word
         for s in np.flatnonzero(self.counts == 0).tolist():

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...sources.base import Sample
 from ...sources.dataset_code import DatasetCode
-from ...sources.source_info import SourceInfo, dataset_path, make_source_info
+from ...sources.source_info import SourceInfo, make_source_info
 from ...sources.typed import SAMPLE_CLASSES
 
 
@@ -60,8 +60,6 @@ class SampleMaking:
         """The record of this read (Energon's): the dataset, the sample's split index (excluded samples
         counted), its shard and the members read (a typed sample's: the parts its field map names)."""
         path = self._dataset_path
-        if path is None:  # once per process: an EPath costs ~0.1 ms to make
-            path = self._dataset_path = dataset_path(self.root)
         wanted = self._typed_parts
         if wanted is None:
             names = tuple([f"{key}.{part}" for part in parts])

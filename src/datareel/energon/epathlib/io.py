@@ -9,8 +9,8 @@ import os
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from ..objects import ObjectStat
-from ..registry import files_for
+from ...storage.objects import ObjectStat
+from ...storage.registry import files_for
 
 BLOCK = 8 << 20
 """Bytes one ranged GET of a streamed read asks for (unless ``block_size`` says otherwise)."""

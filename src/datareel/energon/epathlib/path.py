@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from ...errors import DatasetError
-from ..registry import files_for, resolve_alias
+from ...storage.registry import files_for, resolve_alias
 from .glob import matcher, walk_local
 from .io import local_stat, open_remote
 from .names import DEFAULT_PROFILE_NAME, DSS, PROTOCOL, dss_name, path_url, resolve_posix, url_of
