@@ -139,7 +139,7 @@ class Run:
     @property
     def length(self) -> int | None:
         """Positions (packs, with packing) in one pass of a ``repeat=False`` run; ``None`` if endless."""
-        return self.reel.length()
+        return self.reel.length(self.cursor)
 
     @property
     def dropped(self) -> int:

@@ -19,16 +19,16 @@ pytestmark = pytest.mark.workers  # the facade plans packs in a planning process
 
 
 class _Singles:
-    """Every sample a pack of its own; a batch is the packs' keys."""
+    """Every sample a pack of its own; a pack's text is its samples' keys, a batch its packs' texts."""
 
     def select_samples_to_pack(self, samples):
         return [[s] for s in samples]
 
     def pack_selected_samples(self, samples):
-        return samples[0]
+        return type(samples[0]).derive_from(samples[0], text="+".join(s.__key__ for s in samples))
 
     def batch(self, samples):
-        return [s.__key__ for s in samples]
+        return [s.text for s in samples]
 
 
 class OursSaved(_Singles, den.DefaultTaskEncoder):
@@ -47,7 +47,14 @@ class TheirsRestored(_Singles, me.DefaultTaskEncoder):
     pass
 
 
-def _loader(lib, root, encoder, workers, buffer):
+class OursPairs(OursSaved):
+    """Plans otherwise: packs of two."""
+
+    def select_samples_to_pack(self, samples):
+        return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+
+def _loader(lib, root, encoder, workers, buffer, repeat=True):
     config = lib.WorkerConfig(rank=0, world_size=1, num_workers=workers)
     dataset = lib.get_train_dataset(
         root,
@@ -57,6 +64,7 @@ def _loader(lib, root, encoder, workers, buffer):
         shuffle_buffer_size=None,
         max_samples_per_sequence=None,
         packing_buffer_size=buffer,
+        repeat=repeat,
     )
     return lib.get_savable_loader(dataset)
 
@@ -71,7 +79,7 @@ def _continues(lib, root, saved, restored, workers):
     again = _loader(lib, root, restored(), workers[1], 2)
     again.restore_state_rank(state)
     assert [batch for _, batch in zip(range(12), again)] == after
-    assert len({key for batch in after for key in batch}) == 24
+    assert len({text for batch in after for text in batch}) == 24
     for loader in (first, again):
         getattr(loader, "close", lambda: None)()
 
@@ -104,3 +112,18 @@ def test_the_facade_refuses_another_class_inside_a_window_and_names_it(texts):
     same = _loader(den, texts, OursSaved(), 0, 3)
     same.restore_state_rank(state)
     assert next(iter(same)) == next(it)
+
+
+@pytest.mark.parametrize("saved, restored", [(OursSaved, OursPairs), (OursPairs, OursSaved)])
+def test_a_finite_pass_restored_with_a_class_that_packs_otherwise_serves_every_sample_once(texts, saved, restored):
+    first = _loader(den, texts, saved(), 0, 2, repeat=False)
+    it = iter(first)
+    before = [next(it) for _ in range(5)]  # 10 packs, each window's whole (a window of 2 samples: 2 or 1 packs)
+    state = first.save_state_rank()
+    again = _loader(den, texts, restored(), 0, 2, repeat=False)
+    again.restore_state_rank(state)
+    after = list(again)  # to the pass's end, restore keys stamped on the way
+    keys = [key for batch in before + after for text in batch for key in text.split("+")]
+    assert sorted(keys) == sorted(f"t{s}-{i:03d}" for s in range(3) for i in range(30))
+    assert ("+" in after[0][0]) == (restored is OursPairs)
+    again.close()

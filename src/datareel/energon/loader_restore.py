@@ -6,7 +6,9 @@ generator ``encode_sample`` also ``window, offset`` (its first unit's place in t
 stamped on every typed batch, and on every sample of a ``batch_size=None`` loader, as it is handed out;
 :meth:`SampleRestorer.restore` hands it to the core loader's :meth:`~datareel.Loader.remake`, which runs the
 loader's own batch maker on it: the same samples, the same per-sample randomness, the same batch — on any
-topology, before or after a restore.
+topology, before or after a restore.  A window's batch is planned by the encoder class the loader runs: after a
+restore with another class (at a window's start: docs/guarantees.md), a key of an earlier window names a batch
+that class plans there, which differs where the classes plan otherwise.
 """
 
 from __future__ import annotations

@@ -100,8 +100,10 @@ class Reel(Protocol):
         """Spec fields this reel adds to the state (what a restore must find unchanged)."""
         ...
 
-    def length(self) -> int | None:
-        """Positions (packs) in one ``repeat=False`` pass; ``None`` when endless."""
+    def length(self, cursor: Cursor | None = None) -> int | None:
+        """Positions (packs) in one ``repeat=False`` pass; ``None`` when endless.  ``cursor``: the length as the
+        pass is served from there (a window reel restored with another encoder class counts the units before the
+        cursor as handed out and the rest as planned now)."""
         ...
 
     def at_end(self, cursor: Cursor) -> bool:

@@ -30,7 +30,7 @@ class PlainReel:
     def start(self) -> Cursor:
         return Cursor(0)
 
-    def length(self) -> int | None:
+    def length(self, cursor: Cursor | None = None) -> int | None:
         return self.pass_length
 
     def bound(self) -> int | None:

@@ -82,7 +82,7 @@ class WindowReel:
         self._cache: OrderedDict[int, Units] = OrderedDict()
         self._dropped: dict[int, int] = {}  # window -> what it left out (windows that left out some), counted once
         self._reported: set[int] = set()
-        self._units_in_pass: int | None = None
+        self._units_after: np.ndarray | None = None  # int64[windows + 1]: units in windows [w, last), per w
 
     # -- the Reel protocol ------------------------------------------------------------------------
     def start(self) -> Cursor:
@@ -92,14 +92,21 @@ class WindowReel:
     def dropped(self) -> int:
         return sum(self._dropped.values())
 
-    def length(self) -> int | None:
-        """Units in one finite pass (plans every window once; only ``len()`` needs it)."""
+    def length(self, cursor: Cursor | None = None) -> int | None:
+        """Units in one finite pass (plans every window once; only ``len()`` and restore keys need it).  From
+        ``cursor``: its position plus the units left after it, the pass's length as this loader serves it, also
+        where the windows before the cursor's were planned by another encoder class (a state restored at a
+        window's start)."""
         last = self.windows()
         if last is None:
             return None
-        if self._units_in_pass is None:
-            self._units_in_pass = sum(len(self.window(w)) for w in range(last))
-        return self._units_in_pass
+        if self._units_after is None:
+            units = np.array([len(self.window(w)) for w in range(last)] + [0], dtype=np.int64)  # (last + 1,)
+            self._units_after = np.cumsum(units[::-1])[::-1]
+        if cursor is None or cursor.pack is None:
+            return int(self._units_after[0])
+        w, o = cursor.pack
+        return cursor.position if w >= last else cursor.position - o + int(self._units_after[w])
 
     def spec(self) -> dict[str, Any]:
         return self.planner.spec()
