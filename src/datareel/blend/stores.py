@@ -10,9 +10,10 @@
 
 Every store is picklable and opens what it reads lazily in the process that reads (DataLoader workers
 included); bytes come through :func:`datareel.storage.files_for`, so local paths and ``msc://`` / ``s3://``
-URLs read alike.  A record's ``dataset_path`` is the store's path as an ``EPath`` where one names it
-(:func:`~datareel.sources.source_info.dataset_path`).  ``datareel.energon.cache`` gives these classes
-under Energon's module paths, with its decoding store and cache pools.
+URLs read alike.  A record's ``dataset_path`` is the store's path, as a string or as the type the facade
+registers (``datareel.energon``'s ``EPath``: :func:`~datareel.sources.source_info.register_record_path`).
+``datareel.energon.cache`` gives these classes under Energon's module paths, with its decoding store and
+cache pools.
 """
 
 from __future__ import annotations
