@@ -59,8 +59,10 @@ def load_metadataset(
     training: bool | None = None,
     joiners: Any = None,
     trust_dataset_code: bool = False,
+    subflavors: dict[str, Any] | None = None,
 ) -> Source | Blend:
-    """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc);
+    """Open ``split`` of a metadataset YAML as a datareel dataset (see the module doc); ``subflavors`` are the
+    outermost (over every entry's, as Energon's ``get_train_dataset(subflavors=)``);
     ``shuffle_over_epochs_multiplier`` multiplies each dataset's own (Energon's rule,
     :func:`datareel.plan.over_epochs.combine`); ``training`` (default: ``split == "train"``) mixes
     blends by weight or repetitions, else concatenates them (also in the metadatasets it includes);
@@ -77,7 +79,10 @@ def load_metadataset(
         training=split == "train" if training is None else bool(training),  # kept by the metadatasets it includes
     )
     top = as_path(path).resolve()
-    dataset = Walk(builder).tree(top, split, Scope(yaml=top, where="", split=split, multiplier=multiplier))
+    outer = dict(subflavors or {})
+    dataset = Walk(builder).tree(
+        top, split, Scope(yaml=top, where="", split=split, subflavors=outer, multiplier=multiplier)
+    )
     return cast("Source | Blend", dataset)  # a strict walk skips nothing
 
 

@@ -103,11 +103,12 @@ def _open_metadataset(
     decode: bool | str,
     trust_dataset_code: bool,
     shuffle_over_epochs_multiplier: int | None = 1,
+    subflavors: dict[str, Any] | None = None,
     **ignored: Any,
 ) -> Source | Blend:
-    """Split ``split`` of the metadataset at ``path`` as a blend. Its entries name their own splits, configs and
-    subflavors: ``subflavors``, ``name``, ``split_config`` and ``dataset_config`` do not apply (as ever);
-    ``shuffle_over_epochs_multiplier`` multiplies each dataset's own."""
+    """Split ``split`` of the metadataset at ``path`` as a blend. Its entries name their own splits and configs:
+    ``name``, ``split_config`` and ``dataset_config`` do not apply (as ever); ``subflavors`` are the outermost,
+    over every entry's (Energon's rule); ``shuffle_over_epochs_multiplier`` multiplies each dataset's own."""
     return load_metadataset(
         path,
         split=split,
@@ -115,4 +116,5 @@ def _open_metadataset(
         decode=decode,
         shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
         trust_dataset_code=trust_dataset_code,
+        subflavors=subflavors,
     )

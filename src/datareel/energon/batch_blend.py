@@ -196,7 +196,10 @@ class BatchBlendLoader:
         return write_state(self.blend, self._unit, children)
 
     def restore_state_rank(self, state: Any) -> None:
-        """Continue from ``state`` (a dict from :meth:`save_state_rank`, or a list from :meth:`save_state_global`)."""
+        """Continue from ``state`` (a dict from :meth:`save_state_rank`, or a list from :meth:`save_state_global`);
+        ``None`` (Energon's "no state saved yet") leaves the loader at its start."""
+        if state is None:
+            return
         one = one_state(state, "restore_state_rank")
         self._load(one, "restore_state_rank")
         self._restored, self._agreed = one, False

@@ -165,7 +165,11 @@ def get_train_dataset(
         handler=handler,
         allow_batch_size_change=bool(allow_batch_size_change),
         dataset=_open(path, split_part, open_kwargs, task_encoder, "get_train_dataset"),
-        energon_order={**order, "shuffle_over_epochs_multiplier": shuffle_over_epochs_multiplier},
+        energon_order={
+            **order,
+            "shuffle_over_epochs_multiplier": shuffle_over_epochs_multiplier,
+            "batch_drop_last": bool(batch_drop_last),  # Energon's len() of a train pass counts whole batches
+        },
     )
 
 

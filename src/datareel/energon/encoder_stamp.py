@@ -9,7 +9,7 @@ from typing import Any
 
 from .foreign import adopt_encoder
 
-__all__ = ["stamp"]
+__all__ = ["plain_batches", "stamp"]
 
 
 def stamp(encoder: Any, **values: Any) -> None:
@@ -24,3 +24,13 @@ def stamp(encoder: Any, **values: Any) -> None:
         except AttributeError:  # a slotted or frozen encoder: its hooks cannot ask for them
             return
         encoder = getattr(encoder, "_task_encoder", None)
+
+
+def plain_batches(encoder: Any) -> None:
+    """Ask the core for ``encoder``'s dict samples and batches as it makes them (``annotate_batches = False``:
+    no ``__source__`` / ``__positions__`` added), as megatron.energon hands them out; a slotted or frozen
+    encoder keeps them."""
+    try:
+        encoder.annotate_batches = False
+    except AttributeError:
+        pass

@@ -30,7 +30,8 @@ from ..options import LoaderOptions as MakerOptions
 from ..pipeline import batch_maker
 from ..reel import WindowedStage
 from ..sources.base import Source
-from .encoder_stamp import stamp
+from .batch_failures import drop_failed_batches
+from .encoder_stamp import plain_batches, stamp
 from .grouping import WINDOW, Grouped, groups_batches
 from .loader_args import LoaderOptions
 from .loader_restore import SampleRestorer
@@ -44,6 +45,7 @@ from .task_encoder.base import DefaultTaskEncoder
 from .task_encoder.cooking import bind_cookers
 from .unbatched import Group, Unbatched
 from .val import ValPlan
+from .worker import Activation
 
 __all__ = ["EnergonLoader", "LoaderStream"]
 
@@ -81,12 +83,17 @@ class EnergonLoader(StateMethods):
             )
         G = spec.global_batch_size if self.explicit_global else micro * config.world_size
         online = spec.packing_buffer_size is not None or grouped
-        stamp(user, step_shape=(micro, micro * config.world_size), cache_pool=spec.cache_pool)
+        stamp(
+            user, step_shape=(micro, micro * config.world_size), cache_pool=spec.cache_pool, active=Activation(config)
+        )
         bind_cookers(user, spec.cache_pool)  # aux stores, primary and cache pool for @cooker(need_*=) cookers
         if grouped:
             encoder: Any = Grouped(user, spec.batch_size)
         else:
             encoder = Unbatched(user, online=online) if spec.batch_size is None else user
+        plain_batches(encoder)  # Energon's batches are the encoder's own: no __source__ / __positions__
+        if encoder is user and spec.handler is not None:  # a failing batch / encode_batch drops its batch
+            drop_failed_batches(user, spec.handler)
         self._window = WINDOW if grouped else spec.packing_buffer_size
         dataset = spec.dataset if spec.dataset is not None else spec.path
         self.spec, self.worker_config = spec, config
@@ -164,7 +171,10 @@ class EnergonLoader(StateMethods):
             stage=None if self._window is None else WindowedStage(window=self._window, pack=True),
         )
         # passes start where it was built
-        self._stream = LoaderStream(self.loader, self.loader.state_dict(), config.num_workers, online)
+        order = spec.energon_order
+        self._stream = LoaderStream(
+            self.loader, self.loader.state_dict(), config.num_workers, online, per_epoch=_len_rule(order)
+        )
         self._restorer = SampleRestorer(self.loader)
 
     def _adopt(self, dataset: Any) -> None:
@@ -255,6 +265,14 @@ class EnergonLoader(StateMethods):
         if name not in _STATIC:
             self._agree()
         return getattr(loader, name)
+
+
+def _len_rule(order: dict[str, Any]) -> tuple[int, bool]:
+    """How Energon's ``len()`` counts a train pass: over one epoch of a dataset shuffled over ``k`` (the
+    ``shuffle_over_epochs_multiplier``; datareel's pass holds all ``k``), and whole batches with
+    ``batch_drop_last``."""
+    k = order.get("shuffle_over_epochs_multiplier", 1)
+    return (k if isinstance(k, int) and k > 1 else 1), bool(order.get("batch_drop_last", False))
 
 
 def _val_sources(spec: DatasetSpec, dataset: Any, encoder: ResolvedEncoder) -> list[Source] | None:

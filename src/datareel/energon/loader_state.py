@@ -38,6 +38,8 @@ class StateMethods:
         return self._datareel("save_state_rank").state_dict()
 
     def restore_state_rank(self, state: Any) -> None:
+        if state is None:  # Energon's "no state saved yet": the loader starts afresh
+            return
         if self._val is not None:
             self._live = None
             restore_val(self._val, self._passes, state, self.worker_config.rank, self.worker_config.world_size)

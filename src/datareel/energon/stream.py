@@ -8,6 +8,7 @@ from typing import Any
 from ..blend.tree import Blend
 from ..errors import BatchError
 from ..loader import Loader
+from .batch_failures import is_dropped
 from .loader_restore import stamp_key, val_key
 from .passes import Passes
 from .unbatched import unwrap
@@ -22,8 +23,16 @@ class LoaderStream:
     next pass makes a fresh one from that cursor (after a :class:`~datareel.BatchError`, which counts as
     consumed, the iterator goes on)."""
 
-    def __init__(self, loader: Loader, start: dict[str, Any], num_workers: int = 0, packing: bool = False):
+    def __init__(
+        self,
+        loader: Loader,
+        start: dict[str, Any],
+        num_workers: int = 0,
+        packing: bool = False,
+        per_epoch: tuple[int, bool] = (1, False),
+    ):
         self.loader, self.start, self.num_workers, self.packing = loader, start, num_workers, packing
+        self.epochs, self.drop_last = per_epoch  # how Energon's len() counts (EnergonLoader's _len_rule)
         self.iterator: Any = None
 
     def run(self) -> Any:
@@ -41,6 +50,8 @@ class LoaderStream:
             except BaseException:  # the iterator ended: the next pass continues from the loader's cursor
                 self.iterator = None
                 raise
+            if is_dropped(batch):  # its batch / encode_batch failed and the handler let it go (Energon drops it)
+                continue
             stamp_key(batch, address)  # restore_sample makes it again from it
             yield batch
 
@@ -55,6 +66,9 @@ class LoaderStream:
         length = loader.length if loader.length is not None else loader.plan.epoch_length
         if length is None or self.packing:
             return energon_length(loader, self.num_workers)
+        length = -(-length // self.epochs)  # one epoch of a pass over k
+        if self.drop_last:  # whole micro-steps only
+            return length // loader.layout.step_size
         return loader.layout.rank_steps(loader.rank, length)
 
 
@@ -77,7 +91,8 @@ def one_pass(owner: Any, val: ValPlan | None, passes: Passes, token: object) -> 
     try:
         if val is not None:
             for batch in val.iterate(passes):
-                yield unwrap(val_key(batch))
+                if not is_dropped(batch):
+                    yield unwrap(val_key(batch))
         else:
             for _worker, batch in passes:
                 yield unwrap(batch)

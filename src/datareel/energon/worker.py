@@ -4,16 +4,19 @@ workers per rank) and what happens to a failing sample (``global_error_handler``
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.distributed as torch_dist
+import torch.utils.data
 
+from ..errors import OptionError
 from .task_encoder.base import log_exception, reraise_exception
 
-__all__ = ["ErrorHandler", "FailedSample", "WorkerConfig", "datareel_error_handler"]
+__all__ = ["ErrorHandler", "FailedSample", "WorkerConfig", "Activation", "datareel_error_handler"]
 
 log = logging.getLogger("datareel")
 _explained: set[str] = set()
@@ -41,6 +44,11 @@ class WorkerConfig:
     worker_log_level: int = 0
     global_error_handler: ErrorHandler = log_exception
     restore_error_handler: ErrorHandler = reraise_exception
+
+    #: the config of the loader whose hooks run in this process (Energon's): set when a facade loader is made,
+    #: and in its worker processes when they receive its task encoder (:class:`Activation`)
+    active_worker_config: ClassVar[WorkerConfig | None] = None
+    worker_id_offset: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
         if self.worker_debug_path is not None and "worker_debug_path" not in _explained:
@@ -87,6 +95,70 @@ class WorkerConfig:
         return (self.rank, self.world_size, self.num_workers) == (other.rank, other.world_size, other.num_workers)
 
     __hash__ = None  # type: ignore[assignment]
+
+    # -- Energon's runtime API, for task encoders that read it ------------------------------------------
+    def worker_activate(self, sample_index: int = 0, override_global_rank: Any = None, cache_pool: Any = None) -> None:
+        """Make this the active config of the process (datareel keys randomness by position: no index kept)."""
+        WorkerConfig.active_worker_config = self
+
+    def worker_deactivate(self) -> None:
+        if WorkerConfig.active_worker_config is self:
+            WorkerConfig.active_worker_config = None
+
+    def worker_push_sample_index(self, sample_index: int) -> None:
+        """Accepted (Energon's per-worker sample counter; datareel's indices follow from the reel position)."""
+
+    def worker_pop_sample_index(self) -> None:
+        """Accepted (see :meth:`worker_push_sample_index`)."""
+
+    def rank_worker_id(self) -> int:
+        """This DataLoader worker's id in its rank (0 in the training process)."""
+        info = torch.utils.data.get_worker_info()
+        return 0 if info is None else int(info.id)
+
+    def assert_worker(self) -> None:
+        """Energon's check that the process is one of this config's workers (datareel starts them itself)."""
+        info = torch.utils.data.get_worker_info()
+        if self.num_workers > 1 and (info is None or info.num_workers != self.num_workers):
+            raise OptionError(
+                f"WorkerConfig(num_workers={self.num_workers}).assert_worker(): this process is not one of that "
+                f"many DataLoader workers; call it from a task encoder's hook"
+            )
+
+    def global_worker_id(self, override_local_worker_id: int | None = None) -> int:
+        """``rank × num_workers + the worker's id`` (Energon's numbering)."""
+        local = self.rank_worker_id() if override_local_worker_id is None else override_local_worker_id
+        return self.rank * self.num_workers + local
+
+    def worker_seed(self, override_local_worker_id: int | None = None) -> int:
+        """Energon's per-worker seed (a digest of the global worker id, or the rank without workers, and
+        ``seed_offset``).  It depends on the worker count, as Energon's does; randomness that must follow the
+        sample on any topology comes from :func:`datareel.sample_rng`."""
+        worker = self.rank if self.num_workers == 0 else self.global_worker_id(override_local_worker_id)
+        digest = hashlib.sha1(f"{worker},{self.seed_offset}".encode()).digest()
+        return int.from_bytes(digest, byteorder="big", signed=False) & 0xFFFFFFFF
+
+    def should_log(self, level: int) -> bool:
+        return level <= self.worker_log_level
+
+    def worker_log(self, data: dict[str, Any]) -> None:
+        """Accepted: datareel writes no worker debug logs (see ``worker_debug_path``)."""
+
+
+class Activation:
+    """Makes ``config`` the active config where it is unpickled (a spawned worker receiving the encoder), as
+    it is where it is made."""
+
+    def __init__(self, config: WorkerConfig):
+        self.config = config
+        config.worker_activate()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config = state["config"]
+        self.config.worker_activate()
 
 
 class FailedSample:

@@ -75,7 +75,7 @@ class BatchMaker(SamplePolicy, Dataset):
         raw = self._ready.pop((source_id, index), None)  # read with its micro-batch, used once
         if raw is None:
             raw = self.sources[source_id].read(index)
-        if isinstance(raw, dict) and "__source__" not in raw:  # a copy: never change the user's objects
+        if isinstance(raw, dict) and "__source__" not in raw and self.encoder.annotate:  # a copy, not the user's
             raw = (
                 Sample(raw, __source__=self.names[source_id])
                 if isinstance(raw, Sample)
@@ -184,7 +184,7 @@ class BatchMaker(SamplePolicy, Dataset):
         reseed = bool({"batch", "encode_batch"} & self.encoder.reseeds)
         with sample_context(self.options.seed, int(desc.units[0]), pack=True, reseed_global=reseed):
             batch = self.encoder.encode_batch(self.encoder.batch(units))
-        if isinstance(batch, dict):
+        if isinstance(batch, dict) and self.encoder.annotate:
             # numpy crosses the worker queue as plain bytes; the loader makes it a tensor on arrival
             # (a tensor would travel through a shared-memory segment per batch: ~40% of throughput)
             names = [self.names[i] for i in desc.source_ids.tolist()]

@@ -39,6 +39,7 @@ def columnar(encoder: ResolvedEncoder, options: ExecOptions) -> bool:
         and not encoder.sample_classes
         and not encoder.reseeds
         and not options.reseed_global
+        and encoder.annotate  # the columns carry __source__ / __positions__
     )
 
 

@@ -36,6 +36,9 @@ class TaskEncoder(Protocol):
       planned pack of encoded samples into one sample.
     - ``batch(samples: list) -> batch``: collate one micro-batch.
     - ``encode_batch(batch) -> batch``: final per-batch transform.
+
+    An encoder with ``annotate_batches = False`` gets its dict samples and batches as it makes them: datareel
+    adds no ``__source__`` / ``__positions__`` to them (``datareel.energon`` sets it, as Energon adds none).
     """
 
     def encode_sample(self, sample: Any) -> Any: ...
@@ -158,6 +161,8 @@ class ResolvedEncoder:
         self.encoder = encoder
         self.reseeds: set[str] = set()
         self.online = online
+        # dict samples and batches get __source__ / __positions__ unless the encoder says annotate_batches = False
+        self.annotate = bool(getattr(encoder, "annotate_batches", True))
         user = {name: self._hook(encoder, name) for name in (*HOOKS, *STAGE_HOOKS)} if encoder is not None else {}
         for name in HOOKS:
             setattr(self, name, user.get(name) or getattr(default, name, None))
@@ -215,6 +220,9 @@ class ResolvedEncoder:
     def cook(self, raw: Any) -> Any:
         """A crude sample through the first matching cooker; a typed one as the encoder's own class."""
         if self.cookers and isinstance(raw, dict):
+            sources = raw.get("__sources__")
+            if "__shard__" not in raw and sources:  # a crude sample names its shard, as Energon's does
+                raw = type(raw)({**raw, "__shard__": sources[0].shard_name})
             subflavors = raw.get("__subflavors__") or {}
             for c in self.cookers:
                 if c.is_match(subflavors):

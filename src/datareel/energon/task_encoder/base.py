@@ -120,7 +120,7 @@ class Batch(_Fields):
             if field.name in kwargs:
                 args[field.name] = kwargs[field.name]
             elif field.name == "__sources__":
-                if any(getattr(s, "__sources__", None) for s in samples):
+                if any(getattr(s, "__sources__", None) is not None for s in samples):  # () too, as Energon
                     args[field.name] = tuple(x for s in samples for x in (s.__sources__ or ()))
             elif field.name == "__subflavors__":
                 if any(getattr(s, "__subflavors__", None) is not None for s in samples):
