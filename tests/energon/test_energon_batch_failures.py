@@ -62,7 +62,7 @@ def _pass(lib, root, encoder, val, handler=None):
             max_samples_per_sequence=None,
             repeat=False,
         )
-    return list(lib.get_loader(dataset))
+    return list(lib.get_loader(dataset, watchdog_timeout_seconds=None))
 
 
 @pytest.mark.parametrize("val", [False, True], ids=["train", "val"])
@@ -105,7 +105,7 @@ def test_batches_that_fail_in_a_row_are_raised_after_the_tolerance(text):
         max_samples_per_sequence=None,
     )  # fmt: skip
     with pytest.raises(Exception, match="always") as raised:
-        next(iter(den.get_loader(dataset)))
+        next(iter(den.get_loader(dataset, watchdog_timeout_seconds=None)))
     assert "always" in str(raised.value) and TOLERANCE == 100
 
 
@@ -116,5 +116,5 @@ def test_a_failing_batch_is_left_out_in_worker_processes(text):
         text, worker_config=config, batch_size=4, task_encoder=_encoder(den, lambda: ValueError("bad")),
         shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False,
     )  # fmt: skip
-    keys = [key for batch in den.get_loader(dataset) for key in batch]
+    keys = [key for batch in den.get_loader(dataset, watchdog_timeout_seconds=None) for key in batch]
     assert BAD not in keys and len(keys) == len(set(keys)) and 0 < N - len(keys) <= 4

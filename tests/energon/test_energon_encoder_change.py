@@ -66,7 +66,7 @@ def _loader(lib, root, encoder, workers, buffer, repeat=True):
         packing_buffer_size=buffer,
         repeat=repeat,
     )
-    return lib.get_savable_loader(dataset)
+    return lib.get_savable_loader(dataset, watchdog_timeout_seconds=None)
 
 
 def _continues(lib, root, saved, restored, workers):

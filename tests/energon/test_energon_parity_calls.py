@@ -75,7 +75,7 @@ def test_a_dict_batch_is_the_encoders_own(data, lib):
             del raw["__subflavors__"]
             return raw
 
-    batch = next(iter(lib.get_loader(_train(lib, data / "text", 4, Dicts()))))
+    batch = next(iter(lib.get_loader(_train(lib, data / "text", 4, Dicts()), watchdog_timeout_seconds=None)))
     assert sorted(batch) == ["__key__", "__restore_key__", "__sources__", "text"]
 
 
@@ -83,7 +83,7 @@ def test_a_dict_batch_is_the_encoders_own(data, lib):
 def test_a_crude_sample_names_its_shard_and_takes_the_outer_subflavors(data, lib):
     seen = []
     dataset = _train(lib, data / "meta.yaml", 2, _cooking(lib, seen), subflavors={"x": 1, "src": "outer"})
-    batch = next(iter(lib.get_loader(dataset)))
+    batch = next(iter(lib.get_loader(dataset, watchdog_timeout_seconds=None)))
     assert seen[0]["__shard__"] == "part-0.tar"
     assert {"__key__", "__restore_key__", "__sources__", "__subflavors__", "__shard__", "txt"} <= set(seen[0])
     assert "__source__" not in seen[0]
@@ -92,7 +92,7 @@ def test_a_crude_sample_names_its_shard_and_takes_the_outer_subflavors(data, lib
 
 @LIBS
 def test_restoring_none_starts_afresh(data, lib):
-    loader = lib.get_savable_loader(_train(lib, data / "text", 4))
+    loader = lib.get_savable_loader(_train(lib, data / "text", 4), watchdog_timeout_seconds=None)
     loader.restore_state_rank(None)
     assert len(next(iter(loader)).__key__) == 4
 
@@ -106,7 +106,10 @@ def test_a_batch_of_samples_with_empty_sources_keeps_them_empty(lib):
 
 @pytest.mark.parametrize("kwargs", [{"shuffle_over_epochs_multiplier": 2}, {"batch_drop_last": True}, {}])
 def test_len_of_a_train_loader_is_energons(data, kwargs):
-    lengths = [len(lib.get_savable_loader(_train(lib, data / "text", 5, **kwargs))) for lib in (me, den)]
+    lengths = [
+        len(lib.get_savable_loader(_train(lib, data / "text", 5, **kwargs), watchdog_timeout_seconds=None))
+        for lib in (me, den)
+    ]
     assert lengths[0] == lengths[1], (kwargs, lengths)
 
 
@@ -127,7 +130,7 @@ def test_the_active_worker_config_answers_in_a_hook(data, workers):
         cls = type("Seeds", (_Seeds, lib.DefaultTaskEncoder), {"config_class": lib.WorkerConfig})
         globals()[f"Seeds_{lib.__name__.replace('.', '_')}"] = cls
         cls.__qualname__ = cls.__name__ = f"Seeds_{lib.__name__.replace('.', '_')}"
-        loader = lib.get_loader(_train(lib, data / "text", 2, cls(), workers=workers))
+        loader = lib.get_loader(_train(lib, data / "text", 2, cls(), workers=workers), watchdog_timeout_seconds=None)
         it = iter(loader)
         seen[lib.__name__] = {tuple(value) for _ in range(6) for value in next(it)}
     assert seen["datareel.energon"] == seen["megatron.energon"]
