@@ -49,9 +49,10 @@ def bounded():
     """A hang guard and an address-space cap; a MemoryError under the cap is a bug too (it escapes as
     a bare exception), so it fails the test like any other."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (min(MEMORY, hard) if hard > 0 else MEMORY, hard))
-    try:
-        with must_return(20):
+    with must_return(20):  # its timer thread starts before the cap: under it, a process holding many threads'
+        # stacks may have no room for one more, and a thread that cannot start hangs Thread.start()
+        resource.setrlimit(resource.RLIMIT_AS, (min(MEMORY, hard) if hard > 0 else MEMORY, hard))
+        try:
             yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
