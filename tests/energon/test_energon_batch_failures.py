@@ -118,3 +118,33 @@ def test_a_failing_batch_is_left_out_in_worker_processes(text):
     )  # fmt: skip
     keys = [key for batch in den.get_loader(dataset, watchdog_timeout_seconds=None) for key in batch]
     assert BAD not in keys and len(keys) == len(set(keys)) and 0 < N - len(keys) <= 4
+
+
+class _FailsTheSecondTime(den.DefaultTaskEncoder):
+    """Makes each batch once; making one again raises (in the training process: no workers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = set()
+
+    def batch(self, samples):
+        keys = tuple(s.__key__ for s in samples)
+        if keys in self.made:
+            raise ValueError("made again")
+        self.made.add(keys)
+        return samples[0]  # a typed batch of one: its restore key is stamped on it
+
+
+def test_restore_sample_of_a_batch_that_now_fails_raises_its_error(text):
+    dataset = den.get_train_dataset(
+        text, worker_config=_config_of(den), batch_size=2, task_encoder=_FailsTheSecondTime(),
+        shuffle_buffer_size=None, max_samples_per_sequence=None,
+    )  # fmt: skip
+    loader = den.get_savable_loader(dataset, watchdog_timeout_seconds=None)
+    batch = next(iter(loader))
+    with pytest.raises(ValueError, match="made again"):
+        loader.restore_sample(batch.__restore_key__)
+
+
+def _config_of(lib):
+    return lib.WorkerConfig(rank=0, world_size=1, num_workers=0)

@@ -23,9 +23,17 @@ HOOKS = ("batch", "encode_batch")
 
 
 class Dropped:
-    """What a batch hook that failed returns: a batch to leave out (an instance per batch; compared by type)."""
+    """What a batch hook that failed returns: a batch to leave out (compared by type).  ``error`` is the
+    failure, kept in the process that made it: ``restore_sample`` raises it, as Energon's default restore
+    handler does; a worker sends the marker alone (an exception may not pickle)."""
 
-    __slots__ = ()
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None = None):
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return Dropped, ()
 
 
 def is_dropped(batch: Any) -> bool:
@@ -52,7 +60,7 @@ class DroppingHook:
             made = getattr(type(self.owner), self.name)(self.owner, value)
         except Exception as exc:
             if is_skip(exc):
-                return Dropped()
+                return Dropped(exc)
             if not sample_failure(exc) or self.handler is None:
                 raise
             self.failures += 1
@@ -63,7 +71,7 @@ class DroppingHook:
             except Exception as raised:  # its own exception stops the loader as it is (not as a BatchError)
                 raised._datareel_from_handler = True  # type: ignore[attr-defined]
                 raise
-            return Dropped()
+            return Dropped(exc)
         self.failures = 0
         return made
 

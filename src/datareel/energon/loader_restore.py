@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import OptionError
 from ..loader import Loader
 from ..remake import Address
+from .batch_failures import is_dropped
 from .unbatched import One, unwrap
 
 KIND = "Reel"
@@ -63,5 +64,7 @@ class SampleRestorer:
             batch = self.loader.remake(address)
         except OptionError as exc:
             raise OptionError(f"restore_sample({key!r}): {exc}") from None
+        if is_dropped(batch):  # its batch / encode_batch fails: raised, as Energon's default restore handler does
+            raise batch.error if batch.error is not None else OptionError(f"restore_sample({key!r}): the batch failed")
         stamp_key(batch, address)
         return unwrap(batch)
