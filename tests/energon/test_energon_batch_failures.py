@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from datareel import energon as den
+from datareel.errors import OptionError
 from energon_text import prepare_text
 
 me = pytest.importorskip("megatron.energon")
@@ -148,3 +149,35 @@ def test_restore_sample_of_a_batch_that_now_fails_raises_its_error(text):
 
 def _config_of(lib):
     return lib.WorkerConfig(rank=0, world_size=1, num_workers=0)
+
+
+class _ReseededBatch(me.DefaultTaskEncoder):
+    """megatron.energon's own encoder: a ``batch`` under its ``@stateless(restore_seeds=True)``."""
+
+    @me.stateless(restore_seeds=True)
+    def batch(self, samples):
+        import random
+
+        return [(s.__key__, random.randint(0, 10**9)) for s in samples]
+
+
+class _GeneratorBatch(den.DefaultTaskEncoder):
+    def batch(self, samples):
+        yield samples
+
+
+def _train(encoder, root):
+    return den.get_train_dataset(
+        root, worker_config=_config_of(den), batch_size=4, task_encoder=encoder,
+        shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False,
+    )  # fmt: skip
+
+
+def test_a_hook_under_energons_restore_seeds_is_read_as_the_loader_reads_it(text):
+    """The wrapped hook is unwrapped and reseeded by datareel, not run through Energon's seed wrapper (which
+    needs Energon's worker state and would fail every batch); a generator batch is still refused."""
+    runs = [list(den.get_loader(_train(_ReseededBatch(), text), watchdog_timeout_seconds=None)) for _ in range(2)]
+    keys = [key for batch in runs[0] for key, _ in batch]
+    assert sorted(keys) == [f"t{i:05d}" for i in range(N)] and runs[0] == runs[1]
+    with pytest.raises(OptionError, match="generator"):
+        den.get_loader(_train(_GeneratorBatch(), text), watchdog_timeout_seconds=None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import is_skip, sample_failure
+from ..execute.encoder import is_seed_wrapper
 
 TOLERANCE = 100
 """Batches that may fail in a row before the failure is raised (Energon's default failure tolerance)."""
@@ -42,22 +43,30 @@ def is_dropped(batch: Any) -> bool:
 
 
 class DroppingHook:
-    """The user's batch hook ``name`` of ``owner`` (looked up on its class, so pickling it pickles the encoder,
-    not a bound method that would find this wrapper again) with Energon's error context around it."""
+    """The user's batch hook ``name`` of ``owner`` with Energon's error context around it.  The hook is looked
+    up on the class when called (pickling this pickles the encoder and the name, never a bound method that
+    would find this wrapper again), and read as the loader reads a hook
+    (:class:`~datareel.execute.encoder.ResolvedEncoder`): Energon's ``@stateless(restore_seeds=True)`` wrapper
+    unwrapped (datareel reseeds: ``__restore_seeds__``), the function itself as ``__func__`` (a generator
+    ``batch`` is refused as before)."""
 
     def __init__(self, owner: Any, name: str, handler: Any):
         self.owner, self.name, self.handler = owner, name, handler
         self.failures = 0  # in a row, in this process
-        function = getattr(type(owner), name)
-        for marker in ("__stateless__", "__restore_seeds__", "__failure_tolerance__"):
-            if hasattr(function, marker):
-                setattr(self, marker, getattr(function, marker))
+        declared = getattr(type(owner), name)
+        self.__restore_seeds__ = is_seed_wrapper(declared) or bool(getattr(declared, "__restore_seeds__", False))
+        self.__stateless__ = bool(getattr(declared, "__stateless__", False))
+
+    @property
+    def __func__(self) -> Any:
+        declared = getattr(type(self.owner), self.name)
+        return declared.__wrapped__ if is_seed_wrapper(declared) else declared
 
     def __call__(self, value: Any) -> Any:
         if is_dropped(value):  # encode_batch of a batch that batch() dropped
             return value
         try:
-            made = getattr(type(self.owner), self.name)(self.owner, value)
+            made = self.__func__(self.owner, value)
         except Exception as exc:
             if is_skip(exc):
                 return Dropped(exc)

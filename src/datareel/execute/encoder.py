@@ -123,7 +123,7 @@ def _overrides(encoder: Any, name: str) -> bool:
     return hasattr(encoder, name) and not _base_defined(encoder, name)
 
 
-def _is_seed_wrapper(method: Any) -> bool:
+def is_seed_wrapper(method: Any) -> bool:
     """Whether ``method`` is wrapped by Megatron-Energon's ``@stateless(restore_seeds=True)`` (it needs
     Energon's worker state; the code object's name survives ``functools.wraps``)."""
     code = getattr(getattr(method, "__func__", method), "__code__", None)
@@ -205,7 +205,7 @@ class ResolvedEncoder:
             return None
         if not callable(method):
             raise OptionError(f"task_encoder.{name} is {method!r}, which is not callable")
-        if _is_seed_wrapper(method):
+        if is_seed_wrapper(method):
             method = method.__wrapped__.__get__(encoder)  # Energon's restore_seeds: datareel reseeds instead
             self.reseeds.add(name)
         elif getattr(method, "__restore_seeds__", False):
